@@ -1,0 +1,33 @@
+"""Settings, through dask's config system.
+
+Defaults live in ``slimgraph.yaml`` beside this module and are merged into
+``dask.config`` under the ``slimgraph`` namespace on import, so the usual
+``DASK_SLIMGRAPH__LAZY_CONTAINERS=False`` environment variables, YAML files
+in ``~/.config/dask`` and ``dask.config.set`` all work.
+"""
+from __future__ import annotations
+
+import os
+
+import dask.config
+import yaml
+
+_FN = os.path.join(os.path.dirname(__file__), "slimgraph.yaml")
+
+with open(_FN) as f:
+    defaults = yaml.safe_load(f)
+
+dask.config.update_defaults(defaults)
+
+GC_POLICIES = ("pause", "freeze", "stock")
+ORDERINGS = ("fast", "dask")
+
+
+def get(name: str):
+    """Read ``slimgraph.<name>`` and validate the closed-choice settings."""
+    value = dask.config.get(f"slimgraph.{name}")
+    if name == "gc" and value not in GC_POLICIES:
+        raise ValueError(f"slimgraph.gc must be one of {GC_POLICIES}, got {value!r}")
+    if name == "ordering" and value not in ORDERINGS:
+        raise ValueError(f"slimgraph.ordering must be one of {ORDERINGS}, got {value!r}")
+    return value

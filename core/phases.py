@@ -1,0 +1,231 @@
+"""Phase records: what one ``update_graph`` spent, phase by phase.
+
+Both schedulers produce the same records: the slim engine times its own
+phases, and :mod:`slimgraph.instrument.stock` times an unmodified stock
+scheduler from the outside. Everything that shows time (the benchmark, the
+profile command, the dashboard, the notebooks) reads these records, so they
+are plain data: dataclasses that turn into dicts and DataFrame rows.
+
+A :class:`PhaseClock` measures one phase: wall and CPU seconds, bytes
+allocated (``sys.getallocatedblocks`` is too coarse, so we count the change
+in pymalloc-visible memory via ``tracemalloc`` only when it is already
+tracing, and otherwise report ``None``), and time spent in the cyclic garbage
+collector, which stock loses a third of its time to.
+"""
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+import threading
+import time
+import tracemalloc
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+import psutil
+
+#: The phases of an update_graph, in pipeline order. Stock and slim use the
+#: same names so their records line up column by column.
+PHASES = (
+    "deserialize",
+    "materialize",
+    "cull",
+    "lost_dependencies",
+    "order",
+    "task_states",
+    "annotations",
+    "priorities",
+    "who_wants",
+    "transitions",
+    "plugins",
+)
+
+#: Phases the slim engine owns (everything but dask's materialization and
+#: the ordering, which has its own target).
+OWNED_PHASES = (
+    "cull",
+    "lost_dependencies",
+    "task_states",
+    "annotations",
+    "priorities",
+    "who_wants",
+    "transitions",
+)
+
+
+class _GCWatch:
+    """Accumulates cyclic-GC pause time process-wide through ``gc.callbacks``.
+
+    One instance is installed lazily; clocks read the running totals at their
+    start and end, so nested and concurrent clocks all see correct deltas.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._t0 = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            with self._lock:
+                self.seconds += time.perf_counter() - self._t0
+                self.collections += 1
+
+
+_gc_watch: _GCWatch | None = None
+
+
+def gc_watch() -> _GCWatch:
+    global _gc_watch
+    if _gc_watch is None:
+        _gc_watch = _GCWatch()
+        gc.callbacks.append(_gc_watch)
+    return _gc_watch
+
+
+@dataclass
+class PhaseRecord:
+    """One phase of one update_graph."""
+
+    name: str
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    tasks: int = 0
+    edges: int = 0
+    alloc_bytes: int | None = None
+    gc_s: float = 0.0
+    gc_collections: int = 0
+    #: Where the phase ran: "event-loop" (blocks the scheduler) or "offload"
+    #: (distributed's offload thread, which still holds the GIL).
+    where: str = "event-loop"
+
+
+class PhaseClock:
+    """Context manager that fills a :class:`PhaseRecord`.
+
+    >>> rec = SubmissionRecord(scheduler="slim")
+    >>> with rec.phase("cull") as p:
+    ...     p.tasks = 10
+    """
+
+    __slots__ = ("record", "_w", "_c", "_gs", "_gn", "_m")
+
+    def __init__(self, record: PhaseRecord):
+        self.record = record
+
+    def __enter__(self) -> PhaseRecord:
+        w = gc_watch()
+        self._gs, self._gn = w.seconds, w.collections
+        self._m = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else None
+        self._c = time.thread_time()
+        self._w = time.perf_counter()
+        return self.record
+
+    def __exit__(self, *exc: Any) -> None:
+        r = self.record
+        r.wall_s += time.perf_counter() - self._w
+        r.cpu_s += time.thread_time() - self._c
+        w = gc_watch()
+        r.gc_s += w.seconds - self._gs
+        r.gc_collections += w.collections - self._gn
+        if self._m is not None and tracemalloc.is_tracing():
+            r.alloc_bytes = (r.alloc_bytes or 0) + tracemalloc.get_traced_memory()[0] - self._m
+
+
+_ids = itertools.count(1)
+
+
+def rss_bytes() -> int:
+    return psutil.Process(os.getpid()).memory_info().rss
+
+
+@dataclass
+class SubmissionRecord:
+    """Everything measured about one update_graph call."""
+
+    scheduler: str  # "slim" or "stock"
+    submission_id: int = field(default_factory=lambda: next(_ids))
+    client: str | None = None
+    stimulus_id: str | None = None
+    start: float = field(default_factory=time.time)
+    tasks: int = 0
+    new_tasks: int = 0
+    edges: int = 0
+    phases: list[PhaseRecord] = field(default_factory=list)
+    total_s: float = 0.0
+    #: Longest stretch the event loop was blocked during this submission
+    #: (seconds), when a loop monitor was attached.
+    longest_block_s: float | None = None
+    rss_before: int | None = None
+    rss_after: int | None = None
+    status: str = "running"  # running / OK / cancelled / error
+    error: str | None = None
+
+    def phase(self, name: str, where: str = "event-loop") -> PhaseClock:
+        for p in self.phases:
+            if p.name == name:
+                return PhaseClock(p)
+        p = PhaseRecord(name, where=where)
+        self.phases.append(p)
+        return PhaseClock(p)
+
+    def phase_seconds(self) -> dict[str, float]:
+        return {p.name: p.wall_s for p in self.phases}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """One flat row per phase, for DataFrames and CSV."""
+        head = {
+            k: v for k, v in asdict(self).items() if k != "phases"
+        }
+        for p in self.phases:
+            row = dict(head)
+            row.update({f"phase_{k}" if k == "name" else k: v for k, v in asdict(p).items()})
+            yield row
+
+
+class History:
+    """Bounded, thread-safe history of :class:`SubmissionRecord` objects."""
+
+    def __init__(self, maxlen: int | None = None):
+        if maxlen is None:
+            import dask.config
+
+            from slimgraph import config  # noqa: F401  (registers defaults)
+
+            maxlen = dask.config.get("slimgraph.history-length")
+        self._records: deque[SubmissionRecord] = deque(maxlen=maxlen)
+        self._lock = threading.Lock()
+
+    def append(self, record: SubmissionRecord) -> None:
+        with self._lock:
+            self._records.append(record)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[SubmissionRecord]:
+        with self._lock:
+            return iter(list(self._records))
+
+    def latest(self) -> SubmissionRecord | None:
+        with self._lock:
+            return self._records[-1] if self._records else None
+
+    def since(self, submission_id: int) -> list[SubmissionRecord]:
+        with self._lock:
+            return [r for r in self._records if r.submission_id > submission_id]
+
+    def to_frame(self):
+        """One row per (submission, phase)."""
+        import pandas as pd
+
+        rows = [row for r in self for row in r.rows()]
+        return pd.DataFrame(rows)
