@@ -1,0 +1,117 @@
+"""Edge containers: compact, immutable, shared copy-on-write.
+
+Stock distributed gives every task four ``set`` objects (``dependencies``,
+``dependents``, ``waiting_on``, ``waiters``) of 216 bytes each, even empty or
+holding one item. In a freshly submitted graph those four hold the same two
+lists of neighbours twice: a task waits on all of its dependencies, and all of
+its dependents wait on it.
+
+The slim task state therefore holds:
+
+- ``dependencies`` / ``dependents``: an :class:`Edges` (a tuple with the
+  read-only half of the ``set`` API), or a real ``set`` once a task has more
+  than :data:`LARGE` neighbours (so membership stays O(1) on wide fan-ins), or
+  the shared empty :data:`NO_EDGES`.
+- ``waiting_on`` / ``waiters``: ``None`` when empty, and at ingestion the very
+  same object as ``dependencies`` / ``dependents`` when their contents are
+  equal. The first time a transition is about to mutate one of them it is
+  *thawed*: replaced by a private ``set`` copy (see
+  :meth:`slimgraph.state.SlimSchedulerState._transition`). Emptied sets are
+  dropped back to ``None``.
+
+Nothing here knows about the scheduler: these are plain containers.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+#: Above this many items an edge container is a real ``set``: tuples answer
+#: ``in`` by scanning, and wide fan-ins are probed once per finished neighbour.
+LARGE = 16
+
+
+class Edges(tuple):
+    """An immutable set of task states stored as a tuple.
+
+    Iteration, ``len``, truth and ``in`` are the tuple's (``in`` compares by
+    identity first, and task states compare by identity). The set-like read
+    methods that distributed uses on these attributes return real sets.
+    Equality is set equality, so validation code comparing against sets works.
+    """
+
+    __slots__ = ()
+
+    def issubset(self, other: Iterable[Any]) -> bool:
+        if not isinstance(other, (set, frozenset, Edges, dict)):
+            other = set(other)
+        return all(x in other for x in self)
+
+    def issuperset(self, other: Iterable[Any]) -> bool:
+        return all(x in self for x in other)
+
+    def isdisjoint(self, other: Iterable[Any]) -> bool:
+        return not any(x in self for x in other)
+
+    def difference(self, *others: Iterable[Any]) -> set:
+        return set(self).difference(*others)
+
+    def union(self, *others: Iterable[Any]) -> set:
+        return set(self).union(*others)
+
+    def intersection(self, *others: Iterable[Any]) -> set:
+        return set(self).intersection(*others)
+
+    def copy(self) -> set:
+        return set(self)
+
+    def __or__(self, other: Iterable[Any]) -> set:  # type: ignore[override]
+        return set(self) | set(other)
+
+    def __sub__(self, other: Iterable[Any]) -> set:
+        return set(self) - set(other)
+
+    def __and__(self, other: Iterable[Any]) -> set:
+        return set(self) & set(other)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (set, frozenset, Edges)):
+            return len(self) == len(other) and all(x in other for x in self)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(map(repr, self)) + "}" if self else "set()"
+
+
+#: The one empty edge container every root (or leaf) shares.
+NO_EDGES = Edges()
+
+
+def freeze(items: list | tuple | set) -> Edges | set:
+    """Pack a collection of distinct task states into the compact form."""
+    n = len(items)
+    if n == 0:
+        return NO_EDGES
+    if n > LARGE:
+        return set(items)
+    return Edges(items)
+
+
+def extended(container: Any, items: list) -> Edges | set:
+    """A new container holding ``container`` and ``items`` (never in place:
+    the old one may be shared with ``waiting_on``/``waiters``)."""
+    have = container if type(container) is set else set(container)
+    new = [x for x in items if x not in have]
+    if not new:
+        return container
+    return freeze(list(container) + new)
+
+
+def is_shared_or_frozen(container: Any, owner_edges: Any) -> bool:
+    """True when a waiting_on/waiters value must be copied before mutation."""
+    return type(container) is Edges or container is owner_edges

@@ -1,0 +1,341 @@
+"""The drop-in: run real dask clusters on the slim engine.
+
+Three ways to turn it on, all ending with schedulers of class
+:class:`SlimScheduler` (distributed's ``Scheduler`` with
+:class:`~slimgraph.state.SlimSchedulerState` first in its MRO):
+
+- ``dask scheduler --preload slimgraph.distributed`` (or the module name in
+  ``distributed.scheduler.preload`` / ``DASK_DISTRIBUTED__SCHEDULER__PRELOAD``):
+  ``dask_setup`` turns the starting scheduler into a SlimScheduler before
+  it receives any graph;
+- :class:`SlimLocalCluster` (or :func:`local_cluster`): a ``LocalCluster``
+  whose scheduler is a SlimScheduler (``SpecCluster`` users put
+  ``SlimScheduler`` in the scheduler spec);
+- :func:`install` / :func:`uninstall`: every ``Scheduler(...)`` constructed
+  in between is a SlimScheduler. This is how an existing test suite runs on
+  the slim engine.
+
+Only ``update_graph`` is overridden here, and only as glue: awaiting
+distributed's own deserialization and materialization, then handing the
+graph to :mod:`slimgraph.ingest`, timing each phase into the scheduler's
+history, and sending the resulting messages.
+"""
+from __future__ import annotations
+
+import gc
+import textwrap
+import threading
+from time import time
+from typing import Any
+
+import dask.config
+from dask._expr import LLGExpr
+from distributed import Scheduler
+from distributed.protocol import deserialize
+from distributed.scheduler import _materialize_graph
+from distributed.utils import offload
+from distributed.core import error_message
+
+from slimgraph import config
+from slimgraph.ingest import (
+    GraphIndex,
+    Ingestion,
+    Submission,
+    compute_order,
+    index_graph,
+    lost_keys,
+)
+from slimgraph.phases import SubmissionRecord
+from slimgraph.state import SlimSchedulerState
+
+
+class _GCPolicy:
+    """Applies ``slimgraph.gc`` around ingestions (reference counted, since
+    two submissions can overlap while one awaits its offloaded phases)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._was_enabled = False
+
+    def enter(self) -> str:
+        policy = config.get("gc")
+        if policy == "stock":
+            return policy
+        with self._lock:
+            if self._depth == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+        return policy
+
+    def exit(self, policy: str) -> None:
+        if policy == "stock":
+            return
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                if policy == "freeze":
+                    # The new task states are long-lived: keep them out of
+                    # every future collection's traversal.
+                    gc.freeze()
+                if self._was_enabled:
+                    gc.enable()
+
+
+gc_policy = _GCPolicy()
+
+
+def _prepare(dsk: dict, keys: Any, cull: bool, priorities: Any, rec: SubmissionRecord):
+    """Off the event loop: number the graph, then order it."""
+    with rec.phase("cull", where="offload") as p:
+        index = index_graph(dsk, keys, cull)
+        p.tasks = len(index.keys)
+        p.edges = index.edges
+    if not priorities:
+        with rec.phase("order", where="offload") as p:
+            priorities = compute_order(index)
+            p.tasks = len(index.keys)
+            p.edges = index.edges
+    return index, priorities
+
+
+class SlimScheduler(SlimSchedulerState, Scheduler):
+    """distributed's Scheduler, ingesting graphs with the slim engine."""
+
+    async def update_graph(
+        self,
+        client: str,
+        expr_ser: Any,
+        keys: set,
+        span_metadata: Any,
+        internal_priority: dict | None,
+        submitting_task: Any,
+        user_priority: int | dict = 0,
+        actors: bool | list | None = None,
+        fifo_timeout: float = 0.0,
+        code: tuple = (),
+        annotations: dict | None = None,
+        stimulus_id: str | None = None,
+    ) -> None:
+        from slimgraph.instrument.recorder import get_extension
+
+        start = time()
+        stimulus_id = stimulus_id or f"update-graph-{start}"
+        self._active_graph_updates += 1
+        rec = SubmissionRecord(scheduler="slim", client=client, stimulus_id=stimulus_id)
+        ext = get_extension(self)
+        token = ext.begin(rec)
+        policy = gc_policy.enter()
+        status, error = "OK", None
+        try:
+            with rec.phase("deserialize"):
+                try:
+                    expr = deserialize(expr_ser.header, expr_ser.frames)
+                    del expr_ser
+                except Exception as e:
+                    raise RuntimeError(
+                        "Error during deserialization of the task graph. This "
+                        "frequently occurs if the Scheduler and Client have "
+                        "different environments."
+                    ) from e
+            with rec.phase("materialize", where="offload"):
+                dsk, annotations_by_type = await offload(
+                    _materialize_graph, expr=expr, validate=self.validate
+                )
+            cull = isinstance(expr, LLGExpr)
+            del expr
+            index, priorities = await offload(
+                _prepare, dsk, keys, cull, internal_priority, rec
+            )
+            del dsk
+            # ---- synchronous from here: compares the graph to the state ----
+            with rec.phase("lost_dependencies") as p:
+                lost = lost_keys(self, index)
+                p.tasks = len(index.outside)
+            if lost:
+                self.report(
+                    {"op": "cancelled-keys", "keys": keys, "reason": "lost dependencies"},
+                    client=client,
+                )
+                self.client_releases_keys(keys=keys, client=client, stimulus_id=stimulus_id)
+                self.log_event(
+                    ["scheduler", client],
+                    {"action": "update-graph", "stimulus_id": stimulus_id, "status": "cancelled"},
+                )
+                status = "cancelled"
+                return
+            sub = Submission(
+                client=client,
+                keys=set(keys),
+                stimulus_id=stimulus_id,
+                start=start,
+                index=index,
+                priorities=priorities,
+                annotations_by_type=annotations_by_type,
+                global_annotations=annotations,
+                user_priority=user_priority,
+                submitting_task=submitting_task,
+                actors=actors,
+                fifo_timeout=fifo_timeout,
+                code=code,
+                span_metadata=span_metadata,
+            )
+            metrics = self.ingest(sub, rec)
+            done = time()
+            metrics.update(
+                {
+                    "start_timestamp_seconds": start,
+                    "duration_seconds": done - start,
+                    "phases": rec.phase_seconds(),
+                }
+            )
+            self.log_event(
+                ["scheduler", client],
+                {
+                    "action": "update-graph",
+                    "stimulus_id": stimulus_id,
+                    "metrics": metrics,
+                    "status": "OK",
+                },
+            )
+        except Exception as e:
+            status, error = "error", f"{type(e).__name__}: {e}"
+            self.log_event(
+                ["scheduler", client],
+                {"action": "update-graph", "stimulus_id": stimulus_id, "status": "error"},
+            )
+            err = error_message(e)
+            for key in keys:
+                self.report(
+                    {
+                        "op": "task-erred",
+                        "key": key,
+                        "exception": err["exception"],
+                        "traceback": err["traceback"],
+                    },
+                    client=client,
+                )
+        finally:
+            gc_policy.exit(policy)
+            self._active_graph_updates -= 1
+            ext.finish(rec, token, status=status, error=error)
+            self.digest_metric("update-graph-duration", time() - start)
+
+    def ingest(self, sub: Submission, rec: SubmissionRecord) -> dict:
+        """Phases 4-7 (synchronous): state in, state out, messages sent."""
+        ing = Ingestion(self, sub, rec)
+        with rec.phase("task_states") as p:
+            ing.task_states()
+            p.tasks = len(ing.touched)
+            p.edges = ing.edges
+        rec.tasks = len(sub.index.keys)
+        rec.new_tasks = len(ing.new)
+        rec.edges = sub.index.edges
+        with rec.phase("annotations") as p:
+            ing.annotations()
+            p.tasks = len(ing.keys_with_annotations)
+        with rec.phase("priorities") as p:
+            ing.priorities()
+            p.tasks = len(ing.touched)
+        with rec.phase("who_wants") as p:
+            ing.who_wants()
+            p.tasks = len(sub.keys)
+        with rec.phase("plugins") as p:
+            ing.plugins()
+            p.tasks = len(ing.touched)
+        client_msgs: dict = {}
+        worker_msgs: dict = {}
+        with rec.phase("transitions") as p:
+            ing.transitions(client_msgs, worker_msgs)
+            self.send_all(client_msgs, worker_msgs)
+            ing.report()
+            p.tasks = len(ing.touched)
+        return {
+            "tasks": len(sub.index.keys),
+            "new_tasks": len(ing.new),
+            "key_collisions": ing.collisions,
+        }
+
+
+# ----------------------------------------------------------------------
+# turning it on
+_original_new = None
+
+
+def _slim_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+    if cls is Scheduler:
+        cls = SlimScheduler
+    return object.__new__(cls)
+
+
+def install() -> None:
+    """Make every ``distributed.Scheduler(...)`` built from now on slim."""
+    global _original_new
+    if _original_new is not None:
+        return
+    _original_new = Scheduler.__dict__.get("__new__", None) or object.__new__
+    Scheduler.__new__ = _slim_new  # type: ignore[assignment]
+
+
+def uninstall() -> None:
+    """Undo :func:`install`; schedulers already built keep their class."""
+    global _original_new
+    if _original_new is None:
+        return
+    if _original_new is object.__new__:
+        del Scheduler.__new__
+    else:
+        Scheduler.__new__ = _original_new  # type: ignore[assignment]
+    _original_new = None
+
+
+def installed() -> bool:
+    return _original_new is not None
+
+
+def make_slim(scheduler: Scheduler) -> SlimScheduler:
+    """Turn a stock Scheduler that holds no tasks yet into a SlimScheduler."""
+    if isinstance(scheduler, SlimScheduler):
+        return scheduler
+    if scheduler.tasks:
+        raise RuntimeError(
+            "slimgraph can only take over a scheduler before it holds tasks; "
+            f"this one holds {len(scheduler.tasks)}"
+        )
+    scheduler.__class__ = SlimScheduler
+    scheduler.slim_lazy = bool(dask.config.get("slimgraph.lazy-containers"))
+    return scheduler  # type: ignore[return-value]
+
+
+def dask_setup(scheduler: Scheduler) -> None:
+    """Preload hook: ``dask scheduler --preload slimgraph.distributed``."""
+    make_slim(scheduler)
+    try:
+        from slimgraph.dashboard_tab import register
+
+        register()
+    except ImportError:  # pragma: no cover - dashboard extras not installed
+        pass
+
+
+def _slim_local_cluster_class():
+    from distributed import LocalCluster
+
+    class SlimLocalCluster(LocalCluster):
+        """A LocalCluster whose (in-process) scheduler is a SlimScheduler."""
+
+        async def _start(self) -> None:
+            if self.scheduler_spec.get("cls") is Scheduler:
+                self.scheduler_spec["cls"] = SlimScheduler
+            await super()._start()
+
+    return SlimLocalCluster
+
+
+SlimLocalCluster = _slim_local_cluster_class()
+
+
+def local_cluster(**kwargs: Any):
+    """``LocalCluster(**kwargs)`` with a SlimScheduler."""
+    return SlimLocalCluster(**kwargs)

@@ -1,0 +1,722 @@
+"""update_graph as explicit, timed phases.
+
+Stock ``Scheduler.update_graph`` interleaves its work: it walks the whole
+graph three times by key (cull, lost dependencies, task states), builds a
+TaskState and two sets per task, a second pass adds every edge through
+``add_dependency``, priorities become a fresh 3-tuple per task, and one
+``transitions()`` call pushes a recommendation per task through the generic
+state machine, logging and notifying plugins on every step.
+
+Here the same outcome is produced in phases, each a function of (state,
+submission) that returns nothing but fills a :class:`PhaseRecord`:
+
+1. ``index``  (no scheduler state; may run off the event loop) — optional
+   cull, then one pass that numbers the graph's tasks and turns every
+   dependency into an integer. Reachability from the requested keys and the
+   keys the graph needs from outside are found in the same pass.
+2. ``order`` — priorities from :mod:`slimgraph.order` on the integer edges
+   (or ``dask.order.order`` when ``slimgraph.ordering: dask``).
+3. ``lost_dependencies`` — only the keys from outside the graph are looked
+   up in the scheduler.
+4. ``task_states`` — one slim task state per new key; edges packed into
+   compact containers in bulk; groups and prefixes resolved once per name.
+5. ``annotations`` / ``priorities`` / ``who_wants`` — as stock, in bulk
+   where the outcome is the same for every task.
+6. ``plugins`` — spans and every plugin's ``update_graph`` hook.
+7. ``transitions`` — released -> waiting for every newly needed task in one
+   sweep (waiting_on / waiters shared with the edges), then the ready tasks,
+   most important first: root-ish tasks that no worker can take go straight
+   to ``queued``; everything else goes through distributed's own
+   transitions. Transition log entries, counters and plugin notifications
+   are produced as stock produces them.
+
+Anything unusual (tasks with erred dependencies, lost dependencies on
+released tasks, pure-data tasks to recompute, ``validate=True``) makes phase
+7 hand the recommendations to distributed's ``_transitions`` unchanged, so
+the bulk path only ever covers cases it reproduces exactly.
+
+Atomicity: phases 1-2 read only the submitted graph. Phase 3 can refuse the
+submission; from phase 4 on nothing can fail on user input, because every
+check (keys, cycles, missing dependencies) has already run.
+"""
+from __future__ import annotations
+
+import logging
+import operator
+import textwrap
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask.config
+from distributed.scheduler import Computation, Transition
+from dask.utils import parse_timedelta
+
+from slimgraph.containers import NO_EDGES, freeze
+from slimgraph.errors import CycleError, InvalidKeyError
+from slimgraph.keys import NameResolver, validate_key_type
+from slimgraph.phases import SubmissionRecord
+from slimgraph.taskstate import SlimTaskState, _prio_head
+
+logger = logging.getLogger("slimgraph.ingest")
+
+
+@dataclass
+class GraphIndex:
+    """The submitted graph, numbered. Built without touching the scheduler."""
+
+    dsk: dict
+    keys: list  # keys[i]: the i-th task of dsk
+    pos: dict  # key -> i
+    deps: list  # deps[i]: tuple of dependency indices inside dsk
+    external: dict  # i -> [keys of dependencies not in dsk]
+    reached: list  # indices reachable from the requested keys
+    outside: list  # requested/needed keys that are not in dsk
+    edges: int = 0
+
+
+def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
+    """Number the graph and find what the requested keys reach.
+
+    Raises InvalidKeyError for keys of a type dask does not accept.
+    """
+    if cull:
+        # Keep dsk's own order (deterministic); only drop unreachable tasks.
+        reach: set = set()
+        stack = [k for k in wanted if k in dsk]
+        while stack:
+            k = stack.pop()
+            if k in reach:
+                continue
+            reach.add(k)
+            stack.extend(d for d in dsk[k].dependencies if d in dsk and d not in reach)
+        if len(reach) != len(dsk):
+            dsk = {k: v for k, v in dsk.items() if k in reach}
+
+    keys = list(dsk)
+    pos = {k: i for i, k in enumerate(keys)}
+    if len(pos) != len(keys):  # pragma: no cover - dict keys are unique
+        raise InvalidKeyError("duplicate keys")
+    deps: list = [()] * len(keys)
+    external: dict = {}
+    get = pos.get
+    n_edges = 0
+    bad = None
+    for i, k in enumerate(keys):
+        node = dsk[k]
+        nd = node.dependencies
+        if nd:
+            idx = []
+            for d in nd:
+                j = get(d)
+                if j is None:
+                    external.setdefault(i, []).append(d)
+                else:
+                    idx.append(j)
+            n_edges += len(nd)
+            deps[i] = tuple(idx)
+        if bad is None and not validate_key_type(k):
+            bad = k
+    if bad is not None:
+        raise InvalidKeyError(
+            f"Invalid key {bad!r} of type {type(bad).__name__}: keys must be str, "
+            "bytes, int, float or tuples of those"
+        )
+
+    # Reachability from the requested keys (stock only creates those tasks).
+    seen = bytearray(len(keys))
+    reached = []
+    outside_seen: set = set()
+    outside = []
+    stack = []
+    for k in wanted:
+        j = get(k)
+        if j is None:
+            if k not in outside_seen:
+                outside_seen.add(k)
+                outside.append(k)
+        else:
+            stack.append(j)
+    while stack:
+        j = stack.pop()
+        if seen[j]:
+            continue
+        seen[j] = 1
+        reached.append(j)
+        for d in deps[j]:
+            if not seen[d]:
+                stack.append(d)
+        ext = external.get(j)
+        if ext:
+            for k in ext:
+                if k not in outside_seen:
+                    outside_seen.add(k)
+                    outside.append(k)
+    return GraphIndex(dsk, keys, pos, deps, external, reached, outside, n_edges)
+
+
+def compute_order(index: GraphIndex) -> list | dict:
+    """Priorities: a list by index (fast ordering) or dask.order's dict."""
+    from slimgraph import config
+
+    if config.get("ordering") == "fast":
+        from slimgraph.order import order_indexed
+
+        return order_indexed(index.keys, index.deps)
+    import dask.order
+
+    return dask.order.order(dsk=index.dsk)
+
+
+@dataclass
+class Submission:
+    """Everything update_graph was asked to do, after materialization."""
+
+    client: str
+    keys: set
+    stimulus_id: str
+    start: float
+    index: GraphIndex
+    priorities: Any  # list by index, or dict key -> int
+    annotations_by_type: dict = field(default_factory=dict)
+    global_annotations: dict | None = None
+    user_priority: Any = 0
+    submitting_task: Any = None
+    actors: Any = None
+    fifo_timeout: Any = 0.0
+    code: tuple = ()
+    span_metadata: Any = None
+
+
+def lost_keys(state: Any, index: GraphIndex) -> list:
+    """Keys the graph needs that neither the graph nor the scheduler has."""
+    tasks = state.tasks
+    return [k for k in index.outside if k not in tasks]
+
+
+class Ingestion:
+    """Phases 4-7 for one submission on one SlimSchedulerState."""
+
+    def __init__(self, state: Any, sub: Submission, record: SubmissionRecord):
+        self.state = state
+        self.sub = sub
+        self.record = record
+        self.touched: list[SlimTaskState] = []
+        self.new: list[SlimTaskState] = []
+        self.by_index: list = [None] * len(sub.index.keys)
+        self.collisions = 0
+        self.keys_with_annotations: set = set()
+        self._w_ids: set = set()  # ids of tasks this ingestion made waiting
+
+    # -- phase 4 -----------------------------------------------------------
+    def task_states(self) -> None:
+        st = self.state
+        sub = self.sub
+        idx = sub.index
+        dsk = idx.dsk
+        tasks = st.tasks
+        lazy = st.slim_lazy
+        if not st.is_idle and st.computations:
+            computation = st.computations[-1]
+        else:
+            computation = Computation()
+            st.computations.append(computation)
+        if sub.code:
+            computation.code.add(sub.code)
+        if sub.global_annotations:
+            computation.annotations.update(sub.global_annotations)
+        self.computation = computation
+
+        groups = st.task_groups
+
+        def make_group(group_key: str, prefix_key: str):
+            created = group_key not in groups
+            tg = st._get_or_create_group(group_key, prefix_key)
+            if created:
+                computation.groups.add(tg)
+            return tg
+
+        resolve = NameResolver(make_group).group_of
+        by_index = self.by_index
+        keys = idx.keys
+        touched = self.touched
+        new = self.new
+        fresh_spec = []  # indices whose edges must be added
+        bad_groups: set = set()
+        for i in idx.reached:
+            k = keys[i]
+            ts = tasks.get(k)
+            if ts is None:
+                ts = SlimTaskState(k, dsk[k], "released", resolve(k))
+                tasks[k] = ts
+                new.append(ts)
+                fresh_spec.append(i)
+            elif ts.run_spec is None:
+                ts.run_spec = dsk[k]
+                fresh_spec.append(i)
+            else:
+                lhs = {d.key for d in ts.dependencies}
+                rhs = dsk[k].dependencies
+                if lhs != rhs:
+                    self.collisions += 1
+                    self._warn_collision(ts, dsk[k], lhs, rhs, bad_groups)
+            by_index[i] = ts
+            touched.append(ts)
+        for k in idx.outside:
+            ts = tasks[k]
+            touched.append(ts)
+
+        # Edges, in bulk: each new task's dependencies become one compact
+        # container; dependents are collected per task and packed once.
+        deps = idx.deps
+        external = idx.external
+        dependents: dict[int, list] = {}
+        ext_dependents: dict = {}
+        n_edges = 0
+        for i in fresh_spec:
+            ts = by_index[i]
+            di = deps[i]
+            ext = external.get(i)
+            if not di and not ext:
+                if not lazy:
+                    ts.dependencies = set()
+                    if type(ts.dependents) is not set:
+                        ts.dependents = set(ts.dependents)
+                continue
+            dl = [by_index[j] for j in di]
+            for j in di:
+                lst = dependents.get(j)
+                if lst is None:
+                    dependents[j] = [ts]
+                else:
+                    lst.append(ts)
+            if ext:
+                for k in ext:
+                    dts = tasks[k]
+                    dl.append(dts)
+                    ext_dependents.setdefault(dts, []).append(ts)
+            old = ts.dependencies
+            if old:  # run_spec-less task that already had edges: union
+                dl = list(dict.fromkeys([*old, *dl]))
+            n_edges += len(dl)
+            ts.dependencies = freeze(dl) if lazy else set(dl)
+            tg = ts.group
+            tgd = tg.dependencies
+            last = None
+            for dts in dl:
+                g = dts.group
+                if g is not last:
+                    tgd.add(g)
+                    last = g
+        for j, lst in dependents.items():
+            dts = by_index[j]
+            if dts is None:
+                continue
+            self._add_dependents(dts, lst, lazy)
+        for dts, lst in ext_dependents.items():
+            self._add_dependents(dts, lst, lazy)
+        if not lazy:
+            for ts in new:
+                if type(ts.dependents) is not set:
+                    ts.dependents = set(ts.dependents)
+                if type(ts.dependencies) is not set:
+                    ts.dependencies = set(ts.dependencies)
+        self.edges = n_edges
+
+    @staticmethod
+    def _add_dependents(dts: SlimTaskState, lst: list, lazy: bool) -> None:
+        old = dts.dependents
+        if old:
+            have = old if type(old) is set else set(old)
+            lst = [*old, *(t for t in lst if t not in have)]
+        if lazy:
+            dts.dependents = freeze(lst)
+        else:
+            dts.dependents = set(lst)
+
+    def _warn_collision(self, ts, spec, lhs, rhs, bad_groups) -> None:
+        if ts.group in bad_groups:
+            logger.debug("Detected different `run_spec` for key %r", ts.key)
+            return
+        bad_groups.add(ts.group)
+        logger.warning(
+            f"Detected different `run_spec` for key {ts.key!r} between two "
+            "consecutive calls to `update_graph`. This can cause failures and "
+            "deadlocks down the line. Please ensure unique key names. "
+            + textwrap.dedent(
+                f"""
+                old task state: {ts.state}
+                old run_spec: {ts.run_spec!r}
+                new run_spec: {spec!r}
+                old dependencies: {lhs}
+                new dependencies: {rhs}
+                """
+            )
+        )
+
+    # -- phase 5 -----------------------------------------------------------
+    def annotations(self) -> None:
+        sub = self.sub
+        if not sub.annotations_by_type and not sub.global_annotations:
+            return
+        # Stock's own method: it is per task only when there are annotations.
+        self.keys_with_annotations = self.state._apply_annotations(
+            tasks=self.new,
+            annotations_by_type=sub.annotations_by_type,
+            global_annotations=sub.global_annotations,
+        )
+
+    def priorities(self) -> None:
+        st = self.state
+        sub = self.sub
+        fifo = parse_timedelta(sub.fifo_timeout)
+        if sub.submitting_task:
+            sts = st.tasks.get(sub.submitting_task)
+            if sts is not None:
+                assert sts.priority
+                generation = sts.priority[0] - 0.01
+            else:
+                generation = st.generation
+        elif st._last_time + fifo < sub.start:
+            st.generation += 1
+            generation = st.generation
+            st._last_time = sub.start
+        else:
+            generation = st.generation
+
+        up = sub.user_priority
+        up_dict = up if isinstance(up, dict) else None
+        prios = sub.priorities
+        by_index = self.by_index
+        if isinstance(prios, dict):
+            pos = sub.index.pos
+            items = ((pos.get(k), p) for k, p in prios.items())
+            prio_of = [None] * len(by_index)
+            for i, p in items:
+                if i is not None:
+                    prio_of[i] = p
+        else:
+            prio_of = prios
+        default_head = _prio_head(-(0 if up_dict is not None else up), generation)
+        for i in self.sub.index.reached:
+            ts = by_index[i]
+            if ts._prio_head is not None:
+                continue
+            p = prio_of[i]
+            if p is None:
+                continue
+            ann = ts.annotations
+            if up_dict is None and not ann:
+                ts._prio_head = default_head
+                ts._prio_order = p
+                continue
+            task_user = up_dict.get(ts.key, 0) if up_dict is not None else up
+            if ann:
+                task_user = ann.get("priority", task_user)
+            ts._prio_head = _prio_head(-task_user, generation)
+            ts._prio_order = p
+
+    def who_wants(self) -> None:
+        st = self.state
+        sub = self.sub
+        st.client_desires_keys(keys=sub.keys, client=sub.client)
+        actors = sub.actors
+        if actors is True:
+            actors = list(sub.keys)
+        for k in actors or ():
+            st.tasks[k].actor = True
+
+    # -- phase 6 -----------------------------------------------------------
+    def plugins(self) -> None:
+        st = self.state
+        sub = self.sub
+        annotations_for_plugin: defaultdict = defaultdict(dict)
+        for key in self.keys_with_annotations:
+            ts = st.tasks[key]
+            if ts.annotations:
+                for annot, value in ts.annotations.items():
+                    annotations_for_plugin[annot][key] = value
+        spans_ext = st.extensions.get("spans")
+        if spans_ext:
+            span_ann = observe_spans(spans_ext, self.touched, sub.span_metadata, sub.code)
+            if span_ann:
+                annotations_for_plugin["span"] = span_ann
+            else:
+                annotations_for_plugin.pop("span", None)
+        if st.plugins:
+            tasks_for_plugin = [ts.key for ts in self.touched]
+            priorities_for_plugin = {ts.key: ts.priority for ts in self.touched}
+            for plugin in list(st.plugins.values()):
+                try:
+                    plugin.update_graph(
+                        st,
+                        client=sub.client,
+                        tasks=tasks_for_plugin,
+                        keys=sub.keys,
+                        annotations=annotations_for_plugin,
+                        priority=priorities_for_plugin,
+                        stimulus_id=sub.stimulus_id,
+                    )
+                except Exception as e:
+                    logger.exception(e)
+
+    # -- phase 7 -----------------------------------------------------------
+    def initial_recommendations(self) -> dict:
+        st = self.state
+        tasks = st.tasks
+        recs = {}
+        released = [ts for ts in map(tasks.__getitem__, self.sub.keys) if ts._state == "released"]
+        released.sort(key=operator.attrgetter("priority"), reverse=True)
+        for ts in released:
+            recs[ts.key] = "waiting"
+        self.blamed = False
+        for ts in self.touched:
+            for dts in ts.dependencies:
+                if dts.exception_blame:
+                    ts.exception_blame = dts.exception_blame
+                    recs[ts.key] = "erred"
+                    self.blamed = True
+                    break
+        return recs
+
+    def transitions(self, client_msgs: dict, worker_msgs: dict) -> None:
+        """Run the initial recommendations to a steady state.
+
+        This is distributed's ``_transitions`` loop (pop the most recent
+        recommendation, transition, merge the new recommendations), with the
+        two transitions that make up nearly all of an ingestion inlined:
+        released -> waiting, and waiting -> processing for a root-ish task
+        that no worker can take now (-> queued). Visiting tasks in exactly
+        stock's order keeps every choice (which roots reach a worker first)
+        the same as stock's. Every other transition is distributed's own.
+        """
+        st = self.state
+        recs = self.initial_recommendations()
+        sid = self.sub.stimulus_id
+        if self.blamed or st.validate or st.transition_counter_max or not self._bulk_safe(recs):
+            st._transitions(recs, client_msgs, worker_msgs, sid)
+            return
+        self._replay(recs, client_msgs, worker_msgs)
+
+    def _bulk_safe(self, recs: dict) -> bool:
+        """The inlined transitions cover these tasks exactly (else: stock)."""
+        tasks = self.state.tasks
+        seen: set = set()
+        stack = [tasks[k] for k in recs]
+        while stack:
+            ts = stack.pop()
+            if ts._state != "released" or id(ts) in seen:
+                continue
+            seen.add(id(ts))
+            if ts.has_lost_dependencies or not ts.run_spec:
+                return False
+            stack.extend(ts.dependencies)
+        return True
+
+    def _replay(self, recs: dict, client_msgs: dict, worker_msgs: dict) -> None:
+        import math
+
+        st = self.state
+        lazy = st.slim_lazy
+        sid = self.sub.stimulus_id
+        tasks = st.tasks
+        now = time.time()
+        log = st.transition_log
+        tail: deque = deque(maxlen=log.maxlen)
+        to_waiting: list = []
+        outside_waiters: dict = {}
+        moved: dict = defaultdict(int)  # (group, old, new) -> count
+        queuing = not math.isinf(st.WORKER_SATURATION)
+        queued = st.queued
+        p_rw = _interested_plugins(st, "released", "waiting")
+        p_ww = _interested_plugins(st, "waiting", "waiting")
+        p_wq = _interested_plugins(st, "waiting", "queued")
+        n_fast = 0
+        popitem = recs.popitem
+        while recs:
+            key, finish = popitem()
+            ts = tasks.get(key)
+            if ts is None:
+                continue
+            start = ts._state
+            if finish == "waiting" and start == "released":
+                # -- released -> waiting, inlined --
+                ts._state = "waiting"
+                moved[ts.group, "released", "waiting"] += 1
+                new_recs = {}
+                n_on = 0
+                deps = ts.dependencies
+                for dts in deps:
+                    if not dts.who_has:
+                        n_on += 1
+                    ds = dts._state
+                    if ds == "released":
+                        new_recs[dts.key] = "waiting"
+                    elif ds != "waiting" or id(dts) not in self._w_ids:
+                        outside_waiters.setdefault(dts, []).append(ts)
+                if n_on == len(deps):
+                    ts.waiting_on = (deps if lazy else set(deps)) if deps else (None if lazy else set())
+                else:
+                    on = [d for d in deps if not d.who_has]
+                    ts.waiting_on = (freeze(on) if on else None) if lazy else set(on)
+                if not n_on:
+                    new_recs[key] = "processing"
+                self._w_ids.add(id(ts))
+                to_waiting.append(ts)
+                n_fast += 1
+                tail.append((key, "released", "waiting", new_recs))
+                for p in p_rw:
+                    _notify(p, key, "released", "waiting", sid)
+                recs.update(new_recs)
+                continue
+            if (
+                finish == "processing"
+                and start == "waiting"
+                and queuing
+                and not st.idle_task_count
+                and ts._queueable
+                and st.is_rootish(ts)
+            ):
+                # -- waiting -> processing -> queued, inlined --
+                ts._state = "queued"
+                moved[ts.group, "waiting", "queued"] += 1
+                queued.add(ts)
+                n_fast += 2
+                tail.append((key, "waiting", "waiting", {key: "queued"}))
+                for p in p_ww:
+                    _notify(p, key, "waiting", "waiting", sid)
+                tail.append((key, "waiting", "queued", {}))
+                for p in p_wq:
+                    _notify(p, key, "waiting", "queued", sid)
+                continue
+            # -- anything else: distributed's own transition --
+            self._flush(moved, tail, now, sid, n_fast)
+            n_fast = 0
+            new_recs, new_cmsgs, new_wmsgs = st._transition(key, finish, sid)
+            recs.update(new_recs)
+            for c, msgs in new_cmsgs.items():
+                client_msgs.setdefault(c, []).extend(msgs)
+            for w, msgs in new_wmsgs.items():
+                worker_msgs.setdefault(w, []).extend(msgs)
+        self._flush(moved, tail, now, sid, n_fast)
+        # waiters: every dependent that is waiting on the task by now (stock
+        # builds this set from the dependents already waiting, and each
+        # later dependent adds itself when it becomes waiting).
+        for ts in to_waiting:
+            dependents = ts.dependents
+            if dependents:
+                w = [d for d in dependents if id(d) in self._w_ids or d._state == "waiting"]
+                if len(w) == len(dependents):
+                    ts.waiters = dependents if lazy else set(dependents)
+                else:
+                    ts.waiters = (freeze(w) if w else None) if lazy else set(w)
+            else:
+                ts.waiters = None if lazy else set()
+        for dts, lst in outside_waiters.items():
+            w = dts.waiters
+            if w is None or type(w) is not set or w is dts.dependents:
+                w = set(w or ())
+            w.update(lst)
+            dts.waiters = w
+
+    def _flush(self, moved: dict, tail: deque, now: float, sid: str, n_fast: int) -> None:
+        """Make group/prefix counts, the log and the counter current before
+        distributed's own code looks at them."""
+        st = self.state
+        for (tg, old, new), n in moved.items():
+            tg.states[old] -= n
+            tg.states[new] += n
+            tp = tg.prefix
+            tp.states[old] -= n
+            tp.states[new] += n
+            tp.state_counts[new] += n
+        moved.clear()
+        st.transition_counter += n_fast
+        log = st.transition_log
+        for key, start, finish, r in tail:
+            log.append(Transition(key, start, finish, r, sid, now))
+        tail.clear()
+
+    def report(self) -> None:
+        st = self.state
+        for ts in self.touched:
+            if ts._state in ("memory", "erred"):
+                st.report_on_key(ts=ts, client=self.sub.client)
+
+
+def _notify(plugin: Any, key: Any, start: str, finish: str, sid: str) -> None:
+    try:
+        plugin.transition(key, start, finish, stimulus_id=sid)
+    except Exception:
+        logger.info("Plugin failed with exception", exc_info=True)
+
+
+def _interested_plugins(st: Any, start: str, finish: str) -> list:
+    """Plugins that may act on a ``start -> finish`` transition.
+
+    A plugin that keeps SchedulerPlugin's no-op ``transition`` is skipped, and
+    so are distributed's own work-stealing and P2P-shuffle plugins for the
+    transitions their ``transition`` methods return from without acting on
+    (stealing acts on transitions into or out of ``processing``; shuffle on
+    ``released``, ``erred`` and ``forgotten``). Every other plugin is called
+    for every transition, exactly as stock does.
+    """
+    from distributed.diagnostics.plugin import SchedulerPlugin
+    from distributed.shuffle._scheduler_plugin import ShuffleSchedulerPlugin
+    from distributed.stealing import WorkStealing
+
+    out = []
+    for p in list(st.plugins.values()):
+        fn = getattr(type(p), "transition", None)
+        if fn is SchedulerPlugin.transition:
+            continue
+        if type(p) is WorkStealing and "processing" not in (start, finish):
+            continue
+        if type(p) is ShuffleSchedulerPlugin and finish not in ("released", "erred", "forgotten"):
+            continue
+        out.append(p)
+    return out
+
+
+def observe_spans(spans_ext: Any, touched: list, span_metadata: Any, code: tuple) -> dict:
+    """Attach tasks to spans like ``SpansSchedulerExtension.observe_tasks``.
+
+    Stock gives every task an empty ``annotations`` dict on the way (64 B per
+    task, plus our side object). Here a task only gets a dict when it
+    actually carries a span annotation; the spans, groups, code and
+    metadata end up the same.
+    """
+    out: dict = {}
+    default_span = None
+    metadata_added: set = set()
+    code_added: set = set()
+    for ts in touched:
+        tg = ts.group
+        if tg.span_id:
+            span = spans_ext.spans[tg.span_id]
+        else:
+            ann = ts.annotations.get("span") if ts.annotations else None
+            if ann:
+                span = spans_ext._ensure_span(ann["name"], ann["ids"])
+            else:
+                if not default_span:
+                    default_span = spans_ext._ensure_default_span()
+                span = default_span
+            tg.span_id = span.id
+            span.groups.add(tg)
+        if code and span not in code_added:
+            code_added.add(span)
+            span._code[code] = None
+        if span_metadata and span not in metadata_added:
+            metadata_added.add(span)
+            span.add_metadata(span_metadata)
+        ann = span.annotation
+        if ann:
+            annotations = ts.annotations
+            if annotations is None:
+                ts.annotations = annotations = {}
+            annotations["span"] = out[ts.key] = ann
+        elif ts.annotations:
+            ts.annotations.pop("span", None)
+    return out

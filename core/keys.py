@@ -1,0 +1,55 @@
+"""Keys: one canonical key object per task, and names computed once per name.
+
+*Interning.* A submitted graph carries each key several times: as the dict
+key, as ``Task.key``, and inside every dependent's ``TaskRef`` and
+dependency frozenset, often as distinct but equal tuples. The slim engine
+keeps exactly one of them, the graph dict's key object: it is the key of
+``Scheduler.tasks``, ``TaskState.key``, and what every bookkeeping structure
+(priorities, who_wants, the ordering's index) refers to. Edges are held as
+task-state references, never as keys.
+
+*Names.* Stock computes ``key_split`` and ``key_split_group`` for every key
+through a 100,000-entry ``lru_cache`` that thrashes on larger graphs and keeps
+up to 100k keys alive. A tuple key's task group and prefix depend only on its
+first element, so :class:`NameResolver` resolves each *name* once per
+submission and forgets it afterwards: no global cache, nothing retained.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from dask.utils import key_split
+from distributed.utils import key_split_group
+
+
+class NameResolver:
+    """Maps keys to their TaskGroup, creating groups and prefixes as needed.
+
+    Lives for one submission. ``group_of(key)`` costs one dict lookup for a
+    tuple key whose name was seen before.
+    """
+
+    __slots__ = ("_by_name", "_make_group")
+
+    def __init__(self, make_group: Callable[[str, str], Any]):
+        # name (tuple key's first element, or a whole non-tuple key) -> group
+        self._by_name: dict[Any, Any] = {}
+        self._make_group = make_group
+
+    def group_of(self, key: Any) -> Any:
+        name = key[0] if type(key) is tuple else key
+        tg = self._by_name.get(name)
+        if tg is None:
+            tg = self._make_group(key_split_group(key), key_split(key))
+            self._by_name[name] = tg
+        return tg
+
+
+def validate_key_type(key: Any) -> bool:
+    """Keys are str, bytes, int, float, or tuples of those (dask's rule)."""
+    t = type(key)
+    if t is str or t is int or t is float or t is bytes:
+        return True
+    if t is tuple:
+        return all(validate_key_type(k) for k in key)
+    return False

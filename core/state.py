@@ -1,0 +1,148 @@
+"""SlimSchedulerState: distributed's scheduler state machine on slim parts.
+
+What changes against stock ``SchedulerState``:
+
+- tasks are :class:`~slimgraph.taskstate.SlimTaskState` objects with
+  compact, copy-on-write containers (:mod:`slimgraph.containers`);
+- every transition first *thaws* the containers it may mutate into private
+  sets and afterwards drops emptied ones, so distributed's own transition
+  functions run unchanged on the slim containers;
+- a graph submission is ingested by :mod:`slimgraph.ingest` in bulk
+  instead of stock's ``_create_taskstate_from_graph``.
+
+Everything else — the transition table, decide_worker, queuing, stealing,
+workers, clients — is stock distributed's code. The mixin must come first in
+the MRO (``class X(SlimSchedulerState, Scheduler)``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import dask.config
+from distributed.scheduler import SchedulerState, TaskGroup, TaskPrefix, scheduler_story
+
+from slimgraph import config
+from slimgraph.containers import NO_EDGES
+from slimgraph.taskstate import SlimTaskState
+
+#: Transitions that never touch waiting_on / waiters / edges.
+_CONTAINER_FREE = frozenset(
+    [
+        ("waiting", "processing"),
+        ("waiting", "queued"),
+        ("waiting", "no-worker"),
+        ("queued", "processing"),
+        ("no-worker", "processing"),
+        ("queued", "queued"),
+        ("processing", "processing"),
+    ]
+)
+
+
+def _thaw_waiting_on(ts: SlimTaskState) -> None:
+    w = ts.waiting_on
+    if w is not None and (type(w) is not set or w is ts.dependencies):
+        ts.waiting_on = set(w)
+
+
+def _thaw_waiters(ts: SlimTaskState) -> None:
+    w = ts.waiters
+    if w is not None and (type(w) is not set or w is ts.dependents):
+        ts.waiters = set(w)
+
+
+def _settle(ts: SlimTaskState) -> None:
+    if ts.waiting_on is not None and not ts.waiting_on:
+        ts.waiting_on = None
+    if ts.waiters is not None and not ts.waiters:
+        ts.waiters = None
+
+
+class SlimSchedulerState(SchedulerState):
+    """Mixin that puts a SchedulerState on slim task states."""
+
+    #: Whether containers are lazy/shared (read from config at construction).
+    slim_lazy: bool
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.slim_lazy = bool(dask.config.get("slimgraph.lazy-containers"))
+        super().__init__(*args, **kwargs)
+
+    # ------------------------------------------------------------------
+    # task creation
+    def _get_or_create_group(self, group_key: str, prefix_key: str) -> TaskGroup:
+        tg = self.task_groups.get(group_key)
+        if tg is None:
+            tp = self.task_prefixes.get(prefix_key)
+            if tp is None:
+                self.task_prefixes[prefix_key] = tp = TaskPrefix(prefix_key)
+            self.task_groups[group_key] = tg = TaskGroup(group_key, tp)
+        return tg
+
+    def new_task(self, key: Any, spec: Any, state: str, computation: Any = None) -> SlimTaskState:
+        """Create a task outside of graph ingestion (scatter, Variable, ...)."""
+        from dask.utils import key_split
+        from distributed.utils import key_split_group
+
+        group_key = key_split_group(key)
+        created = group_key not in self.task_groups
+        tg = self._get_or_create_group(group_key, key_split(key))
+        if created and computation:
+            computation.groups.add(tg)
+        ts = SlimTaskState(key, spec, state, tg)
+        if not self.slim_lazy:
+            ts.dependencies = set()
+            ts.dependents = set()
+        self.tasks[key] = ts
+        return ts
+
+    # ------------------------------------------------------------------
+    # transitions on slim containers
+    def _transition(self, key: Any, finish: str, stimulus_id: str, **kwargs: Any):
+        ts = self.tasks.get(key)
+        if ts is None or (ts._state, finish) in _CONTAINER_FREE:
+            return super()._transition(key, finish, stimulus_id, **kwargs)
+        forgetting = finish == "forgotten"
+        # Containers distributed's transition code may mutate: its own, its
+        # dependencies' waiters and its dependents' waiting_on (and, when
+        # forgetting, the edges on both sides).
+        _thaw_waiting_on(ts)
+        _thaw_waiters(ts)
+        deps = ts.dependencies
+        dependents = ts.dependents
+        for dts in deps:
+            _thaw_waiters(dts)
+            if forgetting and type(dts.dependents) is not set:
+                dts.dependents = set(dts.dependents)
+        for dts in dependents:
+            _thaw_waiting_on(dts)
+            if forgetting and type(dts.dependencies) is not set:
+                dts.dependencies = set(dts.dependencies)
+        if forgetting:
+            if type(deps) is not set:
+                ts.dependencies = set(deps)
+            if type(dependents) is not set:
+                ts.dependents = set(dependents)
+        out = super()._transition(key, finish, stimulus_id, **kwargs)
+        if self.slim_lazy:
+            _settle(ts)
+            for dts in deps:
+                _settle(dts)
+                if forgetting and not dts.dependents:
+                    dts.dependents = NO_EDGES
+            for dts in dependents:
+                _settle(dts)
+                if forgetting and not dts.dependencies:
+                    dts.dependencies = NO_EDGES
+        return out
+
+    def story(self, *keys_or_tasks_or_stimuli: Any) -> list:
+        keys = {
+            k.key if isinstance(k, SlimTaskState) else k for k in keys_or_tasks_or_stimuli
+        }
+        return scheduler_story(keys, self.transition_log)
+
+
+def lazy_enabled() -> bool:
+    config.get("gc")  # validates the namespace exists
+    return bool(dask.config.get("slimgraph.lazy-containers"))

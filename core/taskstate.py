@@ -1,0 +1,273 @@
+"""The slim scheduler-side TaskState.
+
+distributed's ``TaskState`` has 34 slots (304 bytes) and allocates two sets
+on creation. Most of those slots stay at their defaults for the whole life of
+most tasks: errors, restrictions, annotations, actors, retries, metadata. And
+the execution-time fields (``who_has``, ``processing_on``, ``nbytes``,
+``run_id``, ``type``) are only needed once a task runs.
+
+This class keeps a dozen slots for what every task needs from the moment it
+is submitted, and moves everything else to one side object, :class:`Extra`,
+allocated the first time any of those attributes is set to a non-default
+value. Every attribute distributed's ``SchedulerState`` reads or writes is
+still there, with the same name and the same defaults, so distributed's own
+transition code runs on it unchanged.
+
+``priority`` is stored as a shared ``(-user priority, generation)`` head plus
+the per-task ordering integer; the tuple distributed reads is built on access.
+
+Identity is the object's identity: there is one task state per key in a
+scheduler, so hashing by ``id`` is correct and saves the cached-hash slot.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, ClassVar
+
+from slimgraph.containers import NO_EDGES, freeze
+
+#: Attributes that live in :class:`Extra`, with the default every task has.
+EXTRA_DEFAULTS: dict[str, Any] = {
+    # execution
+    "who_has": None,
+    "processing_on": None,
+    "nbytes": -1,
+    "run_id": None,
+    "type": None,
+    # failures
+    "exception": None,
+    "traceback": None,
+    "exception_text": None,
+    "traceback_text": None,
+    "exception_blame": None,
+    "erred_on": None,
+    "suspicious": 0,
+    "retries": 0,
+    # restrictions and annotations
+    "host_restrictions": None,
+    "worker_restrictions": None,
+    "resource_restrictions": None,
+    "loose_restrictions": False,
+    "annotations": None,
+    "metadata": None,
+    "actor": False,
+    "has_lost_dependencies": False,
+    "_queueable": True,
+}
+
+
+class Extra:
+    """The rarely needed and execution-time attributes of one task."""
+
+    __slots__ = tuple(EXTRA_DEFAULTS)
+
+    def __init__(self) -> None:
+        for name, value in EXTRA_DEFAULTS.items():
+            object.__setattr__(self, name, value)
+
+
+def _extra_property(name: str, default: Any) -> property:
+    member = Extra.__dict__[name]
+    mget = member.__get__
+    mset = member.__set__
+
+    def fget(self: SlimTaskState) -> Any:
+        x = self._x
+        return default if x is None else mget(x)
+
+    def fset(self: SlimTaskState, value: Any) -> None:
+        x = self._x
+        if x is None:
+            if value is default or (value == default and type(value) is type(default)):
+                return
+            x = self._x = Extra()
+        mset(x, value)
+
+    return property(fget, fset, doc=f"``{name}`` (default {default!r}), kept in Extra")
+
+
+class SlimTaskState:
+    """A task as the scheduler tracks it. Drop-in for distributed's TaskState."""
+
+    __slots__ = (
+        "key",
+        "run_spec",
+        "_state",
+        "group",
+        "_prio_head",
+        "_prio_order",
+        "dependencies",
+        "dependents",
+        "waiting_on",
+        "waiters",
+        "who_wants",
+        "_x",
+        # distributed's HeapSet (the queue) holds weak references to tasks.
+        "__weakref__",
+    )
+
+    _run_id_iterator: ClassVar[itertools.count] = itertools.count()
+
+    def __init__(self, key: Any, run_spec: Any, state: str, group: Any, validate: bool = False):
+        self.key = key
+        self.run_spec = run_spec
+        self._state = state
+        self._prio_head = None
+        self._prio_order = None
+        self.dependencies = NO_EDGES
+        self.dependents = NO_EDGES
+        self.waiting_on = None
+        self.waiters = None
+        self.who_wants = None
+        self._x = None
+        self.group = group
+        group.add(self)
+
+    # --- priority --------------------------------------------------------
+    @property
+    def priority(self) -> tuple | None:
+        head = self._prio_head
+        if head is None:
+            return None
+        if type(head) is tuple:
+            return (head[0], head[1], self._prio_order)
+        return head  # a full priority set by someone else (stored as-is)
+
+    @priority.setter
+    def priority(self, value: tuple | None) -> None:
+        if value is not None and type(value) is tuple and len(value) == 3:
+            self._prio_head = _prio_head(value[0], value[1])
+            self._prio_order = value[2]
+        else:
+            # Unusual shapes (e.g. 2-tuples) are stored whole; a list marks it.
+            self._prio_head = None if value is None else _Whole(value)
+            self._prio_order = None
+
+    # --- state -----------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        tg = self.group
+        old = self._state
+        gs = tg.states
+        gs[old] -= 1
+        gs[value] += 1
+        tp = tg.prefix
+        ps = tp.states
+        ps[old] -= 1
+        ps[value] += 1
+        tp.state_counts[value] += 1
+        self._state = value
+
+    @property
+    def prefix(self) -> Any:
+        return self.group.prefix
+
+    @property
+    def group_key(self) -> str:
+        return self.group.name
+
+    # --- the API distributed calls --------------------------------------
+    def add_dependency(self, other: SlimTaskState) -> None:
+        """Add ``other`` as a dependency (copy-on-write on both ends)."""
+        deps = self.dependencies
+        if other in deps:
+            return
+        self.dependencies = _plus(deps, other)
+        self.group.dependencies.add(other.group)
+        other.dependents = _plus(other.dependents, self)
+
+    def get_nbytes(self) -> int:
+        nbytes = self.nbytes
+        if nbytes >= 0:
+            return nbytes
+        from distributed.scheduler import DEFAULT_DATA_SIZE
+
+        return DEFAULT_DATA_SIZE
+
+    def set_nbytes(self, nbytes: int) -> None:
+        diff = nbytes
+        old = self.nbytes
+        if old >= 0:
+            diff -= old
+        self.group.update_nbytes(diff)
+        for ws in self.who_has or ():
+            ws.nbytes += diff
+        self.nbytes = nbytes
+
+    def get_nbytes_deps(self) -> int:
+        return sum(ts.get_nbytes() for ts in self.dependencies)
+
+    def validate(self) -> None:
+        from distributed.scheduler import ClientState, WorkerState, validate_task_state
+
+        for cs in self.who_wants or ():
+            assert isinstance(cs, ClientState), (repr(cs), self.who_wants)
+        for ws in self.who_has or ():
+            assert isinstance(ws, WorkerState), (repr(ws), self.who_has)
+        for ts in self.dependencies:
+            assert isinstance(ts, SlimTaskState), (repr(ts), self.dependencies)
+        for ts in self.dependents:
+            assert isinstance(ts, SlimTaskState), (repr(ts), self.dependents)
+        validate_task_state(self)
+
+    def _to_dict_no_nest(self, *, exclude: Any = ()) -> dict[str, Any]:
+        from distributed.utils import recursive_to_dict
+
+        out = {}
+        for name in (*self.__slots__[:-2], *EXTRA_DEFAULTS):
+            if name.startswith("_") or name in exclude:
+                continue
+            out[name] = recursive_to_dict(getattr(self, name), exclude=exclude)
+        out["state"] = self._state
+        out["priority"] = recursive_to_dict(self.priority, exclude=exclude)
+        return out
+
+    def __repr__(self) -> str:
+        return f"<TaskState {self.key!r} {self._state}>"
+
+    def _repr_html_(self) -> str:
+        from distributed.utils import get_template  # type: ignore[attr-defined]
+
+        return get_template("task_state.html.j2").render(
+            state=self._state, nbytes=self.nbytes, key=str(self.key)
+        )
+
+
+for _name, _default in EXTRA_DEFAULTS.items():
+    setattr(SlimTaskState, _name, _extra_property(_name, _default))
+
+
+class _Whole(tuple):
+    """Marks a priority stored whole (not of the usual 3-tuple shape)."""
+
+    __slots__ = ()
+
+
+_PRIO_HEADS: dict[tuple, tuple] = {}
+
+
+def _prio_head(user: Any, generation: Any) -> tuple:
+    """Intern ``(user, generation)``: a handful of distinct values per process.
+
+    The table is bounded: user priorities and generations are few, but a
+    pathological client could send many; past 4096 entries we stop interning.
+    """
+    k = (user, generation)
+    head = _PRIO_HEADS.get(k)
+    if head is None:
+        if len(_PRIO_HEADS) >= 4096:
+            return k
+        _PRIO_HEADS[k] = head = k
+    return head
+
+
+def _plus(container: Any, item: Any) -> Any:
+    if type(container) is set:
+        new = set(container)
+        new.add(item)
+        return new
+    return freeze((*container, item))

@@ -1,0 +1,258 @@
+"""Differential harness: the same submission to a stock and a slim scheduler.
+
+A real ``Client`` builds each submission against the stock scheduler; its
+``update-graph`` message is captured instead of sent, and the very same
+payload (same pickled expression, keys, annotations, priorities) is handed
+to ``update_graph`` of both schedulers, one after the other, in this
+process. A state snapshot is taken right after each ``update_graph`` returns,
+before the event loop runs anything else, so even with workers attached the
+two snapshots describe the same moment: the end of ingestion.
+
+Snapshots are canonical: keys instead of objects, client ids and worker
+addresses mapped to stable names, empty containers and ``None`` equal (the
+slim engine does not allocate empty containers; that is the point).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter, defaultdict
+from typing import Any, Callable
+
+from distributed import Client, Future, Scheduler, Worker
+from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.protocol.serialize import ToPickle
+
+from slimgraph.distributed import SlimScheduler
+
+
+class Recorder(SchedulerPlugin):
+    """Records what plugins see: update_graph calls and transitions."""
+
+    name = "differential-recorder"
+
+    def __init__(self) -> None:
+        self.update_graphs: list = []
+        self.transitions: defaultdict = defaultdict(list)
+
+    def update_graph(self, scheduler, *, client, keys, tasks, annotations, priority, stimulus_id, **kw):
+        self.update_graphs.append(
+            {
+                "keys": set(keys),
+                "tasks": sorted(map(repr, tasks)),
+                "annotations": {k: {repr(kk): vv for kk, vv in v.items()} for k, v in annotations.items() if k != "span"},
+                "priority": {repr(k): v for k, v in priority.items()},
+            }
+        )
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        self.transitions[key].append((start, finish))
+
+
+def _keys(container: Any) -> frozenset:
+    return frozenset(ts.key for ts in container or ())
+
+
+def snapshot(s: Scheduler, client_names: dict, worker_names: dict | None = None) -> dict:
+    """Canonical, comparable view of a scheduler's task state.
+
+    Workers are named by the rank of their address: the scheduler breaks
+    ties between equally busy workers by address order, so ranks (not the
+    random ports) are what stock and slim must agree on.
+    """
+    worker_names = {addr: f"w{i}" for i, addr in enumerate(sorted(s.workers))}
+    tasks = {}
+    for k, ts in s.tasks.items():
+        spec = ts.run_spec
+        ann = dict(ts.annotations or {})
+        tasks[k] = {
+            "state": ts.state,
+            "priority": ts.priority,
+            "run_spec": None if spec is None else (type(spec).__name__, frozenset(spec.dependencies)),
+            "dependencies": _keys(ts.dependencies),
+            "dependents": _keys(ts.dependents),
+            "waiting_on": _keys(ts.waiting_on),
+            "waiters": _keys(ts.waiters),
+            "who_wants": frozenset(client_names.get(cs.client_key, cs.client_key) for cs in ts.who_wants or ()),
+            "who_has": frozenset(worker_names.get(ws.address) for ws in ts.who_has or ()),
+            "processing_on": worker_names.get(ts.processing_on.address) if ts.processing_on else None,
+            "retries": ts.retries,
+            "annotations": ann,
+            "worker_restrictions": ts.worker_restrictions,
+            "host_restrictions": ts.host_restrictions,
+            "resource_restrictions": ts.resource_restrictions,
+            "loose_restrictions": ts.loose_restrictions,
+            "actor": ts.actor,
+            "has_lost_dependencies": ts.has_lost_dependencies,
+            "exception_blame": ts.exception_blame.key if ts.exception_blame else None,
+            "group": ts.group.name,
+            "prefix": ts.prefix.name,
+        }
+    groups = {
+        name: {
+            "states": dict(tg.states),
+            "size": len(tg),
+            "dependencies": frozenset(d.name for d in tg.dependencies),
+            "prefix": tg.prefix.name,
+            "span": s.extensions["spans"].spans[tg.span_id].name if tg.span_id else None,
+        }
+        for name, tg in s.task_groups.items()
+    }
+    prefixes = {
+        name: {"states": dict(tp.states), "state_counts": {k: v for k, v in tp.state_counts.items() if v}, "size": len(tp)}
+        for name, tp in s.task_prefixes.items()
+    }
+    transitions = defaultdict(list)
+    for t in s.transition_log:
+        transitions[t.key].append((t.start, t.finish))
+    return {
+        "tasks": tasks,
+        "groups": groups,
+        "prefixes": prefixes,
+        "queued": frozenset(ts.key for ts in s.queued),
+        "unrunnable": frozenset(ts.key for ts in s.unrunnable),
+        "processing": {worker_names[ws.address]: frozenset(ts.key for ts in ws.processing) for ws in s.workers.values()},
+        "clients": {
+            client_names.get(c, c): frozenset(ts.key for ts in cs.wants_what) for c, cs in s.clients.items()
+        },
+        "transition_counter": s.transition_counter,
+        "transitions": dict(transitions),
+        "generation": s.generation,
+    }
+
+
+def diff(a: dict, b: dict, path: str = "") -> list[str]:
+    """Human-readable differences between two snapshots (empty: equal)."""
+    out: list[str] = []
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in a.keys() | b.keys():
+            if k not in a:
+                out.append(f"{path}/{k!r}: only in slim")
+            elif k not in b:
+                out.append(f"{path}/{k!r}: only in stock")
+            else:
+                out.extend(diff(a[k], b[k], f"{path}/{k!r}"))
+    elif a != b:
+        out.append(f"{path}: stock={a!r} slim={b!r}")
+    return out
+
+
+class Pair:
+    """A stock and a slim scheduler side by side, each with a client and
+    optionally in-process workers (same names on both sides)."""
+
+    def __init__(self, n_workers: int = 0, nthreads: int = 1, resources: dict | None = None, validate: bool = False):
+        self.n_workers = n_workers
+        self.nthreads = nthreads
+        self.resources = resources
+        self.validate = validate
+
+    async def __aenter__(self) -> "Pair":
+        self._stack = contextlib.AsyncExitStack()
+        st = self._stack
+        self.stock = await st.enter_async_context(Scheduler(dashboard_address=":0", host="127.0.0.1", validate=self.validate))
+        self.slim = await st.enter_async_context(SlimScheduler(dashboard_address=":0", host="127.0.0.1", validate=self.validate))
+        self.workers = {}
+        self.worker_names = {}
+        for s, tag in ((self.stock, "stock"), (self.slim, "slim")):
+            ws = []
+            for i in range(self.n_workers):
+                w = await st.enter_async_context(
+                    Worker(s.address, nthreads=self.nthreads, name=f"w{i}", resources=self.resources, host="127.0.0.1")
+                )
+                ws.append(w)
+                self.worker_names[w.address] = f"w{i}"
+            self.workers[tag] = ws
+        self.c_stock = await st.enter_async_context(Client(self.stock.address, asynchronous=True))
+        self.c_slim = await st.enter_async_context(Client(self.slim.address, asynchronous=True))
+        self.client_names = {self.c_stock.id: "client", self.c_slim.id: "client"}
+        self.rec_stock, self.rec_slim = Recorder(), Recorder()
+        self.stock.add_plugin(self.rec_stock)
+        self.slim.add_plugin(self.rec_slim)
+        self.reports = {"stock": [], "slim": []}
+        for s, tag in ((self.stock, "stock"), (self.slim, "slim")):
+            self._watch_reports(s, tag)
+        self.futures: list = []
+        return self
+
+    def _watch_reports(self, s: Scheduler, tag: str) -> None:
+        orig = s.report
+        log = self.reports[tag]
+
+        def report(msg, ts=None, client=None):
+            m = {k: v for k, v in msg.items() if k in ("op", "key", "keys", "reason")}
+            if "keys" in m:
+                m["keys"] = frozenset(m["keys"])
+            log.append(m)
+            return orig(msg, ts=ts, client=client)
+
+        s.report = report
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.futures.clear()
+        await self._stack.__aexit__(*exc)
+
+    def capture(self, make: Callable[[Client], Any]) -> tuple[list[dict], Any]:
+        """Run ``make(client)`` on the stock-side client, capturing (not
+        sending) its update-graph messages."""
+        c = self.c_stock
+        captured: list = []
+        orig = c._send_to_scheduler
+
+        def send(msg):
+            if msg.get("op") == "update-graph":
+                captured.append(msg)
+            else:
+                orig(msg)
+
+        c._send_to_scheduler = send
+        try:
+            result = make(c)
+        finally:
+            c._send_to_scheduler = orig
+        return captured, result
+
+    @staticmethod
+    def payload(msg: dict) -> dict:
+        out = {}
+        for k, v in msg.items():
+            if k == "op":
+                continue
+            out[k] = v.data if isinstance(v, ToPickle) else v
+        return out
+
+    async def submit_both(self, make: Callable[[Client], Any]) -> tuple[dict, dict]:
+        """Capture ``make``'s submission, ingest it on both, snapshot both."""
+        msgs, result = self.capture(make)
+        assert msgs, "make() sent no update-graph"
+        snaps = {}
+        for tag, s, c in (("stock", self.stock, self.c_stock), ("slim", self.slim, self.c_slim)):
+            for msg in msgs:
+                p = self.payload(msg)
+                await s.update_graph(client=c.id, **p)
+                if tag == "stock":
+                    self.futures.extend(Future(k, self.c_stock) for k in p["keys"])
+                else:
+                    self.futures.extend(Future(k, self.c_slim) for k in p["keys"])
+            snaps[tag] = snapshot(s, self.client_names, self.worker_names)
+        return snaps["stock"], snaps["slim"]
+
+    def futures_of(self, tag: str) -> list:
+        c = self.c_stock if tag == "stock" else self.c_slim
+        return [f for f in self.futures if f.client is c]
+
+
+def assert_same(stock: dict, slim: dict, ignore: tuple = ()) -> None:
+    a = {k: v for k, v in stock.items() if k not in ignore}
+    b = {k: v for k, v in slim.items() if k not in ignore}
+    d = diff(a, b)
+    assert not d, "stock and slim differ:\n" + "\n".join(sorted(d)[:40])
+
+
+async def wait_idle(s: Scheduler, timeout: float = 30) -> None:
+    """Until nothing is waiting, queued or processing."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while any(ts.state in ("waiting", "processing", "queued", "no-worker") for ts in s.tasks.values()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(Counter(ts.state for ts in s.tasks.values()))
+        await asyncio.sleep(0.02)
