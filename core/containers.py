@@ -9,9 +9,12 @@ its dependents wait on it.
 The slim task state therefore holds:
 
 - ``dependencies`` / ``dependents``: an :class:`Edges` (a tuple with the
-  read-only half of the ``set`` API), or a real ``set`` once a task has more
-  than :data:`LARGE` neighbours (so membership stays O(1) on wide fan-ins), or
-  the shared empty :data:`NO_EDGES`.
+  read-only half of the ``set`` API), or the shared empty :data:`NO_EDGES`.
+  Its items are in the order a ``set`` built by the same insertions would
+  iterate them, which is the order stock's sets iterate: distributed makes
+  choices while iterating these containers (which dependency is
+  recommended first, hence which root reaches a worker first), so the
+  order is part of behaving like stock.
 - ``waiting_on`` / ``waiters``: ``None`` when empty, and at ingestion the very
   same object as ``dependencies`` / ``dependents`` when their contents are
   equal. The first time a transition is about to mutate one of them it is
@@ -24,11 +27,6 @@ Nothing here knows about the scheduler: these are plain containers.
 from __future__ import annotations
 
 from typing import Any, Iterable
-
-#: Above this many items an edge container is a real ``set``: tuples answer
-#: ``in`` by scanning, and wide fan-ins are probed once per finished neighbour.
-LARGE = 16
-
 
 class Edges(tuple):
     """An immutable set of task states stored as a tuple.
@@ -92,24 +90,18 @@ class Edges(tuple):
 NO_EDGES = Edges()
 
 
-def freeze(items: list | tuple | set) -> Edges | set:
-    """Pack a collection of distinct task states into the compact form."""
+def freeze(items: list | tuple | set) -> Edges:
+    """Pack distinct task states, given in insertion order, compactly.
+
+    Items are stored in the iteration order of a set that received them in
+    that order (task states hash like their keys, as in stock).
+    """
     n = len(items)
     if n == 0:
         return NO_EDGES
-    if n > LARGE:
-        return set(items)
-    return Edges(items)
-
-
-def extended(container: Any, items: list) -> Edges | set:
-    """A new container holding ``container`` and ``items`` (never in place:
-    the old one may be shared with ``waiting_on``/``waiters``)."""
-    have = container if type(container) is set else set(container)
-    new = [x for x in items if x not in have]
-    if not new:
-        return container
-    return freeze(list(container) + new)
+    if n == 1 or type(items) is set:
+        return Edges(items)
+    return Edges(set(items))
 
 
 def is_shared_or_frozen(container: Any, owner_edges: Any) -> bool:

@@ -268,53 +268,40 @@ class Ingestion:
             touched.append(ts)
 
         # Edges, in bulk: each new task's dependencies become one compact
-        # container; dependents are collected per task and packed once.
-        deps = idx.deps
-        external = idx.external
-        dependents: dict[int, list] = {}
-        ext_dependents: dict = {}
+        # container, added in the order stock adds them (the graph's
+        # dependency frozenset order); dependents are collected in graph
+        # order, as stock's ``add_dependency`` loop over the graph does, and
+        # packed once per task.
+        fresh_spec.sort()
+        dependents: dict = {}
         n_edges = 0
         for i in fresh_spec:
             ts = by_index[i]
-            di = deps[i]
-            ext = external.get(i)
-            if not di and not ext:
+            spec_deps = dsk[keys[i]].dependencies
+            if not spec_deps:
                 if not lazy:
                     ts.dependencies = set()
-                    if type(ts.dependents) is not set:
-                        ts.dependents = set(ts.dependents)
                 continue
-            dl = [by_index[j] for j in di]
-            for j in di:
-                lst = dependents.get(j)
+            dl = [tasks[d] for d in spec_deps]
+            for dts in dl:
+                lst = dependents.get(dts)
                 if lst is None:
-                    dependents[j] = [ts]
+                    dependents[dts] = [ts]
                 else:
                     lst.append(ts)
-            if ext:
-                for k in ext:
-                    dts = tasks[k]
-                    dl.append(dts)
-                    ext_dependents.setdefault(dts, []).append(ts)
             old = ts.dependencies
-            if old:  # run_spec-less task that already had edges: union
-                dl = list(dict.fromkeys([*old, *dl]))
+            if old:  # a run_spec-less task that already had edges
+                dl = [*old, *(d for d in dl if d not in old)]
             n_edges += len(dl)
             ts.dependencies = freeze(dl) if lazy else set(dl)
-            tg = ts.group
-            tgd = tg.dependencies
+            tgd = ts.group.dependencies
             last = None
             for dts in dl:
                 g = dts.group
                 if g is not last:
                     tgd.add(g)
                     last = g
-        for j, lst in dependents.items():
-            dts = by_index[j]
-            if dts is None:
-                continue
-            self._add_dependents(dts, lst, lazy)
-        for dts, lst in ext_dependents.items():
+        for dts, lst in dependents.items():
             self._add_dependents(dts, lst, lazy)
         if not lazy:
             for ts in new:
@@ -329,7 +316,7 @@ class Ingestion:
         old = dts.dependents
         if old:
             have = old if type(old) is set else set(old)
-            lst = [*old, *(t for t in lst if t not in have)]
+            lst = [*have, *(t for t in lst if t not in have)]
         if lazy:
             dts.dependents = freeze(lst)
         else:

@@ -16,15 +16,15 @@ transition code runs on it unchanged.
 ``priority`` is stored as a shared ``(-user priority, generation)`` head plus
 the per-task ordering integer; the tuple distributed reads is built on access.
 
-Identity is the object's identity: there is one task state per key in a
-scheduler, so hashing by ``id`` is correct and saves the cached-hash slot.
+A task state hashes like its key (as stock's does, without caching the
+hash in a slot), so sets of task states iterate in stock's order.
 """
 from __future__ import annotations
 
 import itertools
 from typing import Any, ClassVar
 
-from slimgraph.containers import NO_EDGES, freeze
+from slimgraph.containers import NO_EDGES, Edges
 
 #: Attributes that live in :class:`Extra`, with the default every task has.
 EXTRA_DEFAULTS: dict[str, Any] = {
@@ -122,6 +122,9 @@ class SlimTaskState:
         self._x = None
         self.group = group
         group.add(self)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
     # --- priority --------------------------------------------------------
     @property
@@ -270,4 +273,6 @@ def _plus(container: Any, item: Any) -> Any:
         new = set(container)
         new.add(item)
         return new
-    return freeze((*container, item))
+    new = set(container)
+    new.add(item)
+    return Edges(new)

@@ -56,11 +56,20 @@ def _keys(container: Any) -> frozenset:
 def snapshot(s: Scheduler, client_names: dict, worker_names: dict | None = None) -> dict:
     """Canonical, comparable view of a scheduler's task state.
 
-    Workers are named by the rank of their address: the scheduler breaks
-    ties between equally busy workers by address order, so ranks (not the
-    random ports) are what stock and slim must agree on.
+    Workers are compared up to relabelling: stock breaks ties between
+    equally busy workers by iterating a set of WorkerStates, whose order
+    follows the hash of their (random-port) addresses. A worker is named by
+    the smallest key it is processing or holding, else by address rank.
     """
-    worker_names = {addr: f"w{i}" for i, addr in enumerate(sorted(s.workers))}
+    worker_names = {}
+    idle = 0
+    for addr, ws in sorted(s.workers.items()):
+        held = [repr(ts.key) for ts in ws.processing] or [repr(ts.key) for ts in ws.has_what]
+        if held:
+            worker_names[addr] = "w:" + min(held)
+        else:
+            worker_names[addr] = f"idle{idle}"
+            idle += 1
     tasks = {}
     for k, ts in s.tasks.items():
         spec = ts.run_spec
@@ -249,10 +258,12 @@ def assert_same(stock: dict, slim: dict, ignore: tuple = ()) -> None:
     assert not d, "stock and slim differ:\n" + "\n".join(sorted(d)[:40])
 
 
-async def wait_idle(s: Scheduler, timeout: float = 30) -> None:
-    """Until nothing is waiting, queued or processing."""
+async def wait_idle(
+    s: Scheduler, timeout: float = 30, states: tuple = ("waiting", "processing", "queued", "no-worker")
+) -> None:
+    """Until no task is in one of ``states``."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while any(ts.state in ("waiting", "processing", "queued", "no-worker") for ts in s.tasks.values()):
+    while any(ts.state in states for ts in s.tasks.values()):
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(Counter(ts.state for ts in s.tasks.values()))
         await asyncio.sleep(0.02)

@@ -1,0 +1,298 @@
+"""Stock vs slim on the same submissions: the resulting state must be equal.
+
+Each case builds a submission with a real Client, hands the identical
+payload to a stock and a slim scheduler (see ``differential.py``), and
+compares tasks, edges, priorities, states, waiting_on/waiters, who_wants,
+groups and prefixes with their state counts, queued/unrunnable/processing
+placement, the per-key transition sequence, what plugins were told, and
+what clients were sent.
+"""
+from __future__ import annotations
+
+import asyncio
+import operator
+
+import dask
+import dask.array as da
+import dask.bag as db
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from dask import delayed
+from dask._task_spec import Alias, DataNode, Task, TaskRef
+
+from differential import Pair, assert_same, wait_idle
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def inc(x):
+    return x + 1
+
+
+def add(*args):
+    return sum(args)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def check(pair: Pair, make, ignore=()) -> tuple:
+    a, b = await pair.submit_both(make)
+    assert a["tasks"], "the submission created no tasks"
+    assert_same(a, b, ignore)
+    assert pair.rec_stock.update_graphs == pair.rec_slim.update_graphs
+    assert pair.reports["stock"] == pair.reports["slim"]
+    return a, b
+
+
+def _df(n=200):
+    return pd.DataFrame({"a": np.arange(n) % 7, "b": np.arange(n, dtype=float)})
+
+
+def tree(n=64):
+    xs = [delayed(inc)(i, dask_key_name=("leaf", i)) for i in range(n)]
+    while len(xs) > 1:
+        xs = [delayed(add)(*xs[i : i + 3]) for i in range(0, len(xs), 3)]
+    return xs[0]
+
+
+WORKLOADS = {
+    "array-blockwise": lambda: (da.ones((60, 60), chunks=10) + 1) * 2,
+    "array-reduction": lambda: (da.ones((60, 60), chunks=10) + 1).sum(axis=0),
+    "array-mean": lambda: da.random.default_rng(0).random((80, 80), chunks=10).mean(),
+    "array-rechunk": lambda: da.ones((60, 60), chunks=(10, 60)).rechunk((60, 10)),
+    "array-map-overlap": lambda: da.ones((60, 60), chunks=20).map_overlap(lambda b: b + 1, depth=1),
+    "dataframe-groupby": lambda: dd.from_pandas(_df(), npartitions=8).groupby("a").b.sum(),
+    "dataframe-shuffle-tasks": lambda: dd.from_pandas(_df(), npartitions=8).shuffle("a", shuffle_method="tasks"),
+    "dataframe-shuffle-p2p": lambda: dd.from_pandas(_df(), npartitions=8).shuffle("a", shuffle_method="p2p"),
+    "dataframe-merge": lambda: dd.from_pandas(_df(), npartitions=6).merge(
+        dd.from_pandas(_df(90), npartitions=3), on="a", shuffle_method="tasks"
+    ),
+    "bag": lambda: db.from_sequence(range(200), npartitions=10).map(inc).filter(lambda x: x % 3).fold(operator.add),
+    "delayed-tree": tree,
+}
+
+
+@pytest.mark.parametrize("n_workers", [0, 2])
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_collections(workload, n_workers):
+    async def body():
+        async with Pair(n_workers=n_workers) as p:
+            x = WORKLOADS[workload]()
+            a, _ = await check(p, lambda c: c.compute(x))
+            if n_workers:
+                assert any(a["processing"].values()), "nothing was sent to a worker"
+
+    run(body())
+
+
+def test_persist_then_compute_on_top():
+    """Second submission depends on keys already in memory.
+
+    One worker: with two, which of two idle workers gets a task is decided
+    by the hash order of their addresses (random ports), in stock as in slim.
+    """
+
+    async def body():
+        async with Pair(n_workers=1) as p:
+            x = da.ones((40, 40), chunks=10) + 1
+            await check(p, lambda c: c.persist(x))
+            await wait_idle(p.stock)
+            await wait_idle(p.slim)
+            a, b = await check(p, lambda c: c.compute((x * 2).sum()))
+            # the persisted chunks are in memory and waited on by no one
+            mem = [k for k, t in a["tasks"].items() if t["state"] == "memory"]
+            assert mem
+
+    run(body())
+
+
+def test_resubmit_same_graph_and_overlap():
+    async def body():
+        async with Pair(n_workers=0) as p:
+            x = (da.ones((40, 40), chunks=10) + 1).sum()
+            await check(p, lambda c: c.compute(x))
+            # identical graph again (keys already waiting/queued)
+            await check(p, lambda c: c.compute(x))
+            # overlapping graph: shares the blockwise part
+            await check(p, lambda c: c.compute((da.ones((40, 40), chunks=10) + 1).mean()))
+
+    run(body())
+
+
+def test_plain_dict_graphs_with_mixed_keys():
+    dsk = {
+        "a": (inc, 1),
+        ("b", 0): (inc, "a"),
+        ("b", 1): (add, "a", ("b", 0)),
+        3: (add, ("b", 1), "a"),
+        2.5: (inc, 3),
+        "unused": (inc, 100),  # culled: not reachable from the requested keys
+    }
+
+    async def body():
+        async with Pair(n_workers=0) as p:
+            a, _ = await check(p, lambda c: c.get(dsk, [2.5, ("b", 0)], sync=False))
+            assert "unused" not in a["tasks"]
+            assert 3 in a["tasks"] and 2.5 in a["tasks"]
+
+    run(body())
+
+
+def test_alias_and_datanode():
+    dsk = {
+        "d": DataNode("d", 41),
+        "al": Alias("al", "d"),
+        "t": Task("t", inc, TaskRef("al")),
+        "u": Task("u", add, TaskRef("t"), TaskRef("d")),
+    }
+
+    async def body():
+        async with Pair(n_workers=0) as p:
+            await check(p, lambda c: c.get(dsk, ["u"], sync=False))
+
+    run(body())
+
+
+def test_futures_in_graph():
+    async def body():
+        async with Pair(n_workers=1) as p:
+            await check(p, lambda c: c.submit(inc, 1, key="f1"))
+            await wait_idle(p.stock)
+            await wait_idle(p.slim)
+            f1s = [f for f in p.futures if f.key == "f1"]
+            assert len(f1s) == 2
+
+            def make(c):
+                f = next(f for f in f1s if f.client is c)
+                return c.submit(add, f, 2, key="g1")
+
+            await check(p, make)
+
+    run(body())
+
+
+def test_key_collision_different_run_spec():
+    async def body():
+        async with Pair(n_workers=0) as p:
+            await check(p, lambda c: c.get({"x": (inc, 1), "y": (inc, "x")}, ["y"], sync=False))
+            # same key "y", different dependencies
+            await check(p, lambda c: c.get({"z": 5, "y": (inc, "z")}, ["y"], sync=False))
+
+    run(body())
+
+
+@pytest.mark.parametrize(
+    "annot",
+    [
+        {"priority": 5},
+        {"retries": 2},
+        {"workers": ["127.0.0.1"]},
+        {"resources": {"GPU": 1}},
+        {"workers": ["tcp://127.0.0.1:1"], "allow_other_workers": True},
+    ],
+    ids=lambda a: "-".join(a),
+)
+def test_annotations(annot):
+    async def body():
+        async with Pair(n_workers=0) as p:
+            with dask.annotate(**annot):
+                x = da.ones((30, 30), chunks=10) + 1
+            await check(p, lambda c: c.compute(x.sum()))
+
+    run(body())
+
+
+def test_user_priority_and_fifo_timeout():
+    async def body():
+        async with Pair(n_workers=0) as p:
+            x = da.ones((30, 30), chunks=10) + 1
+            await check(p, lambda c: c.compute(x.sum(), priority=10))
+            await check(p, lambda c: c.compute(x.mean(), priority=2, fifo_timeout="0ms"))
+            await check(p, lambda c: c.compute(x.max(), fifo_timeout="1h"))
+
+    run(body())
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def incr(self):
+        self.n += 1
+        return self.n
+
+
+def test_actors_and_restrictions_with_workers():
+    """One worker: placement among several equally idle workers follows the
+    hash order of their addresses, in stock as in slim."""
+
+    async def body():
+        async with Pair(n_workers=1, resources={"GPU": 1}) as p:
+            await check(p, lambda c: c.submit(inc, 1, resources={"GPU": 1}, key="r1"))
+            await check(p, lambda c: c.submit(inc, 2, resources={"TPU": 1}, key="no-tpu"))
+            await wait_idle(p.stock, states=("processing",))
+            await wait_idle(p.slim, states=("processing",))
+            a, _ = await check(
+                p,
+                lambda c: c.map(inc, range(6), workers=["tcp://10.0.0.1:1"], allow_other_workers=True, key=[f"m{i}" for i in range(6)]),
+            )
+            assert a["tasks"]["no-tpu"]["state"] == "no-worker"
+            a, _ = await check(p, lambda c: c.submit(Counter, actor=True, key="actor-1"))
+            assert a["tasks"]["actor-1"]["actor"]
+
+    run(body())
+
+
+def test_lost_dependency_is_cancelled_like_stock():
+    dsk = {"b": Task("b", inc, TaskRef("never-existed"))}
+
+    async def body():
+        async with Pair(n_workers=0) as p:
+            a, b = await p.submit_both(lambda c: c.get(dsk, ["b"], sync=False))
+            assert_same(a, b)
+            assert "b" not in a["tasks"]
+            assert p.reports["stock"] == p.reports["slim"]
+            assert any(m.get("op") == "cancelled-keys" for m in p.reports["slim"])
+
+    run(body())
+
+
+def test_eager_containers_give_the_same_state():
+    async def body():
+        with dask.config.set({"slimgraph.lazy-containers": False}):
+            async with Pair(n_workers=2) as p:
+                x = (da.ones((50, 50), chunks=10) + 1).sum(axis=0)
+                a, _ = await check(p, lambda c: c.compute(x))
+                for ts in p.slim.tasks.values():
+                    assert type(ts.dependencies) is set and type(ts.dependents) is set
+
+    run(body())
+
+
+def test_whole_computation_same_results_and_transitions():
+    """Run to completion on in-process workers: same results, same final
+    states and the same transition sequence for every key."""
+
+    async def body():
+        async with Pair(n_workers=2) as p:
+            x = (da.arange(400, chunks=20).reshape(20, 20).rechunk(5) + 1).sum(axis=0)
+            await check(p, lambda c: c.compute(x))
+            res = {}
+            for tag, c in (("stock", p.c_stock), ("slim", p.c_slim)):
+                res[tag] = await c.gather(p.futures_of(tag))
+            np.testing.assert_array_equal(res["stock"][0], res["slim"][0])
+            np.testing.assert_array_equal(res["slim"][0], x.compute(scheduler="sync"))
+            await wait_idle(p.stock)
+            await wait_idle(p.slim)
+            sa = {k: ts.state for k, ts in p.stock.tasks.items()}
+            sb = {k: ts.state for k, ts in p.slim.tasks.items()}
+            assert sa == sb
+            ta = {k: [(t.start, t.finish) for t in p.stock.transition_log if t.key == k] for k in sa}
+            tb = {k: [(t.start, t.finish) for t in p.slim.transition_log if t.key == k] for k in sb}
+            assert ta == tb
+
+    run(body())
