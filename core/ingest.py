@@ -53,11 +53,11 @@ import dask.config
 from distributed.scheduler import Computation, Transition
 from dask.utils import parse_timedelta
 
-from slimgraph.containers import NO_EDGES, freeze
+from slimgraph.containers import NO_EDGES, Edges, freeze
 from slimgraph.errors import CycleError, InvalidKeyError
 from slimgraph.keys import NameResolver, validate_key_type
 from slimgraph.phases import SubmissionRecord
-from slimgraph.taskstate import SlimTaskState, _prio_head
+from slimgraph.taskstate import SlimTaskState, _prio_head, count_into_groups
 
 logger = logging.getLogger("slimgraph.ingest")
 
@@ -244,11 +244,19 @@ class Ingestion:
         new = self.new
         fresh_spec = []  # indices whose edges must be added
         bad_groups: set = set()
+        per_group: dict = {}
+        detached = SlimTaskState.detached
         for i in idx.reached:
             k = keys[i]
             ts = tasks.get(k)
             if ts is None:
-                ts = SlimTaskState(k, dsk[k], "released", resolve(k))
+                tg = resolve(k)
+                ts = detached(k, dsk[k], tg)
+                c = per_group.get(id(tg))
+                if c is None:
+                    per_group[id(tg)] = [tg, 1]
+                else:
+                    c[1] += 1
                 tasks[k] = ts
                 new.append(ts)
                 fresh_spec.append(i)
@@ -263,6 +271,7 @@ class Ingestion:
                     self._warn_collision(ts, dsk[k], lhs, rhs, bad_groups)
             by_index[i] = ts
             touched.append(ts)
+        count_into_groups(per_group)
         for k in idx.outside:
             ts = tasks[k]
             touched.append(ts)
@@ -282,18 +291,24 @@ class Ingestion:
                 if not lazy:
                     ts.dependencies = set()
                 continue
-            dl = [tasks[d] for d in spec_deps]
+            # stock adds the frozenset's keys one by one to an empty set;
+            # a set of the keys built the same way iterates in that order
+            # (task states hash like their keys) without Python-level hashing.
+            if len(spec_deps) == 1:
+                dl = [tasks[d] for d in spec_deps]
+            else:
+                dl = [tasks[d] for d in set(list(spec_deps))]
             for dts in dl:
-                lst = dependents.get(dts)
+                lst = dependents.get(id(dts))
                 if lst is None:
-                    dependents[dts] = [ts]
+                    dependents[id(dts)] = [dts, ts]
                 else:
                     lst.append(ts)
             old = ts.dependencies
             if old:  # a run_spec-less task that already had edges
                 dl = [*old, *(d for d in dl if d not in old)]
             n_edges += len(dl)
-            ts.dependencies = freeze(dl) if lazy else set(dl)
+            ts.dependencies = Edges(dl) if lazy else set(dl)
             tgd = ts.group.dependencies
             last = None
             for dts in dl:
@@ -301,8 +316,8 @@ class Ingestion:
                 if g is not last:
                     tgd.add(g)
                     last = g
-        for dts, lst in dependents.items():
-            self._add_dependents(dts, lst, lazy)
+        for lst in dependents.values():
+            self._add_dependents(lst[0], lst[1:], lazy)
         if not lazy:
             for ts in new:
                 if type(ts.dependents) is not set:
@@ -317,10 +332,14 @@ class Ingestion:
         if old:
             have = old if type(old) is set else set(old)
             lst = [*have, *(t for t in lst if t not in have)]
-        if lazy:
-            dts.dependents = freeze(lst)
-        else:
+        if not lazy:
             dts.dependents = set(lst)
+        elif len(lst) == 1:
+            dts.dependents = Edges(lst)
+        else:
+            # set-iteration order, hashing keys in C (see task_states)
+            by_key = {t.key: t for t in lst}
+            dts.dependents = Edges([by_key[k] for k in set(list(by_key))])
 
     def _warn_collision(self, ts, spec, lhs, rhs, bad_groups) -> None:
         if ts.group in bad_groups:
@@ -496,7 +515,7 @@ class Ingestion:
             if ts._state != "released" or id(ts) in seen:
                 continue
             seen.add(id(ts))
-            if ts.has_lost_dependencies or not ts.run_spec:
+            if (ts._x is not None and ts.has_lost_dependencies) or not ts.run_spec:
                 return False
             stack.extend(ts.dependencies)
         return True
@@ -521,6 +540,20 @@ class Ingestion:
         p_wq = _interested_plugins(st, "waiting", "queued")
         n_fast = 0
         popitem = recs.popitem
+        rootish_by_group: dict = {}
+
+        def rootish(ts: SlimTaskState) -> bool:
+            # is_rootish depends on the task only through restrictions and
+            # run_spec.data_producer; otherwise on its group, which does not
+            # change during an ingestion.
+            if ts._x is not None or getattr(ts.run_spec, "data_producer", False):
+                return st.is_rootish(ts)
+            g = id(ts.group)
+            r = rootish_by_group.get(g)
+            if r is None:
+                r = rootish_by_group[g] = st.is_rootish(ts)
+            return r
+
         while recs:
             key, finish = popitem()
             ts = tasks.get(key)
@@ -535,7 +568,8 @@ class Ingestion:
                 n_on = 0
                 deps = ts.dependencies
                 for dts in deps:
-                    if not dts.who_has:
+                    x = dts._x
+                    if x is None or not x.who_has:
                         n_on += 1
                     ds = dts._state
                     if ds == "released":
@@ -562,8 +596,8 @@ class Ingestion:
                 and start == "waiting"
                 and queuing
                 and not st.idle_task_count
-                and ts._queueable
-                and st.is_rootish(ts)
+                and (ts._x is None or ts._queueable)
+                and rootish(ts)
             ):
                 # -- waiting -> processing -> queued, inlined --
                 ts._state = "queued"

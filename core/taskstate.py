@@ -123,6 +123,26 @@ class SlimTaskState:
         self.group = group
         group.add(self)
 
+    @classmethod
+    def detached(cls, key: Any, run_spec: Any, group: Any) -> "SlimTaskState":
+        """A released task whose group has NOT counted it yet: bulk ingestion
+        creates many and updates each group's counts once (see
+        :func:`count_into_groups`)."""
+        ts = cls.__new__(cls)
+        ts.key = key
+        ts.run_spec = run_spec
+        ts._state = "released"
+        ts._prio_head = None
+        ts._prio_order = None
+        ts.dependencies = NO_EDGES
+        ts.dependents = NO_EDGES
+        ts.waiting_on = None
+        ts.waiters = None
+        ts.who_wants = None
+        ts._x = None
+        ts.group = group
+        return ts
+
     def __hash__(self) -> int:
         return hash(self.key)
 
@@ -276,3 +296,13 @@ def _plus(container: Any, item: Any) -> Any:
     new = set(container)
     new.add(item)
     return Edges(new)
+
+
+def count_into_groups(per_group: dict) -> None:
+    """What ``TaskGroup.add`` does, once per group: ``{id: [group, n]}``."""
+    for tg, n in per_group.values():
+        tg.states["released"] += n
+        tg._size += n
+        tp = tg.prefix
+        tp.states["released"] += n
+        tp._size += n

@@ -1,0 +1,99 @@
+"""One benchmark run: one scheduler kind, one submission, in a fresh process.
+
+``python -m slimgraph.bench.child PAYLOAD KIND OUT [--tracemalloc]``
+
+Starts a scheduler of the given kind (no workers, no dashboard), replays
+the pickled update-graph payload into ``update_graph`` and writes a JSON
+with the phase record, RSS growth, optionally tracemalloc's retained bytes,
+and the scheduler-state memory tree split into engine-owned state and
+dask's run_spec/key objects.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import sys
+import time
+import tracemalloc
+
+
+async def _run(payload_path: str, kind: str, trace: bool) -> dict:
+    from distributed import Scheduler
+
+    from slimgraph.bench.payload import load
+    from slimgraph.distributed import SlimScheduler
+    from slimgraph.instrument import stock as stock_hooks
+    from slimgraph.instrument.recorder import get_history
+    from slimgraph.phases import rss_bytes
+
+    payload = load(payload_path)
+    cls = SlimScheduler if kind == "slim" else Scheduler
+    async with cls(dashboard_address=None, dashboard=False, host="127.0.0.1") as s:
+        if kind == "stock":
+            stock_hooks.install(s)
+        gc.collect()
+        rss0 = rss_bytes()
+        if trace:
+            tracemalloc.start()
+            t0 = tracemalloc.get_traced_memory()[0]
+        t = time.perf_counter()
+        await s.update_graph(client="bench-client", **payload)
+        wall = time.perf_counter() - t
+        del payload
+        gc.collect()
+        traced = None
+        if trace:
+            traced = tracemalloc.get_traced_memory()[0] - t0
+            tracemalloc.stop()
+        rss1 = rss_bytes()
+        rec = get_history(s).latest()
+        ntasks = len(s.tasks)
+        assert rec is not None and rec.status == "OK", (rec and rec.status, rec and rec.error)
+        from slimgraph.instrument.memory import memory_tree
+
+        sample = None if ntasks <= 200_000 else 200_000
+        tree = memory_tree(s, sample=sample)
+        split = engine_split(tree)
+        return {
+            "scheduler": kind,
+            "tasks": ntasks,
+            "edges": rec.edges,
+            "phases": {p.name: p.wall_s for p in rec.phases},
+            "phases_cpu": {p.name: p.cpu_s for p in rec.phases},
+            "gc_seconds": sum(p.gc_s for p in rec.phases),
+            "total_seconds": rec.total_s,
+            "wall_seconds": wall,
+            "longest_block_seconds": rec.longest_block_s,
+            "rss_bytes_per_task": (rss1 - rss0) / max(ntasks, 1),
+            "tracemalloc_bytes_per_task": None if traced is None else traced / max(ntasks, 1),
+            "state_bytes_per_task": split,
+            "memory_tree_sample": sample,
+        }
+
+
+def engine_split(tree) -> dict:
+    """Bytes per task of the scheduler state, split into what the engine
+    owns and what dask's run_spec and key objects take."""
+    n = max(tree.ntasks, 1)
+    out = {"total": tree.total_bytes / n}
+    dask_owned = 0
+    for name, node in tree.root.children.items():
+        out[name] = node.total_bytes / n
+        if name in ("run_spec", "keys"):
+            dask_owned += node.total_bytes
+    out["engine"] = (tree.total_bytes - dask_owned) / n
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    payload, kind, out = argv[:3]
+    trace = "--tracemalloc" in argv
+    result = asyncio.run(_run(payload, kind, trace))
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()

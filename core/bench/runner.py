@@ -1,0 +1,218 @@
+"""``python -m slimgraph bench``: stock and slim, same submission, one table.
+
+JSON schema written by ``--json PATH`` (also documented in the README)::
+
+    {
+      "workload": "array", "requested_tasks": 1000000, "tasks": 1001234,
+      "edges": 2000000, "versions": {"dask": ..., "distributed": ..., "python": ...},
+      "config": {"slimgraph.ordering": "fast", ...},
+      "stock": RUN, "slim": RUN,
+      "ratios": {"total": stock/slim, "owned_phases": ..., "order": ...,
+                 "rss_bytes_per_task": ..., "engine_bytes_per_task": ...}
+    }
+
+    RUN = {"phases": {name: seconds}, "phases_cpu": {...}, "total_seconds",
+           "wall_seconds", "gc_seconds", "longest_block_seconds",
+           "rss_bytes_per_task", "tracemalloc_bytes_per_task" (or null),
+           "state_bytes_per_task": {"engine", "total", "<tree node>": ...},
+           "tasks", "edges"}
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from slimgraph.phases import OWNED_PHASES, PHASES
+
+
+def _progress(label: str, proc: subprocess.Popen, every: float = 2.0) -> None:
+    """Show elapsed time while a long child runs (stderr, one line)."""
+    t0 = time.monotonic()
+    tty = sys.stderr.isatty()
+    while proc.poll() is None:
+        time.sleep(0.2)
+        el = time.monotonic() - t0
+        if tty:
+            sys.stderr.write(f"\r  {label}: running {el:6.1f} s")
+            sys.stderr.flush()
+        elif int(el / every) != int((el - 0.2) / every) and el > every:
+            sys.stderr.write(f"  {label}: running {el:.0f} s\n")
+    if tty:
+        sys.stderr.write(f"\r  {label}: done in {time.monotonic() - t0:.1f} s      \n")
+
+
+def run_child(payload: str, kind: str, trace: bool) -> dict:
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    cmd = [sys.executable, "-m", "slimgraph.bench.child", payload, kind, out]
+    if trace:
+        cmd.append("--tracemalloc")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err: list = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    _progress(f"{kind}{' (tracemalloc)' if trace else ''}", proc)
+    reader.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} run failed:\n{''.join(err)[-4000:]}")
+    with open(out) as f:
+        result = json.load(f)
+    os.unlink(out)
+    return result
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def owned(run: dict) -> float:
+    return sum(run["phases"].get(p, 0.0) for p in OWNED_PHASES)
+
+
+def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: bool | None = None,
+          kinds: tuple = ("stock", "slim")) -> dict:
+    import dask
+    import distributed
+
+    from slimgraph import config
+    from slimgraph.bench import payload as payload_mod
+    from slimgraph.bench.workloads import WORKLOADS
+
+    if workload not in WORKLOADS:
+        raise SystemExit(f"unknown workload {workload!r}; choose from {sorted(WORKLOADS)}")
+    if tracemalloc is None:
+        tracemalloc = tasks <= 200_000
+    t0 = time.perf_counter()
+    sys.stderr.write(f"building {workload} graph (~{tasks:,} tasks) and capturing its submission...\n")
+    collection = WORKLOADS[workload](tasks)
+    payload = payload_mod.capture(collection)
+    del collection
+    fd, path = tempfile.mkstemp(suffix=".pkl")
+    os.close(fd)
+    payload_mod.save(payload, path)
+    del payload
+    sys.stderr.write(f"  built in {time.perf_counter() - t0:.1f} s\n")
+    runs: dict[str, dict] = {}
+    try:
+        for kind in kinds:
+            runs[kind] = run_child(path, kind, trace=False)
+            if tracemalloc:
+                traced = run_child(path, kind, trace=True)
+                runs[kind]["tracemalloc_bytes_per_task"] = traced["tracemalloc_bytes_per_task"]
+    finally:
+        os.unlink(path)
+    first = runs[kinds[0]]
+    result: dict[str, Any] = {
+        "workload": workload,
+        "requested_tasks": tasks,
+        "tasks": first["tasks"],
+        "edges": first["edges"],
+        "versions": {
+            "dask": dask.__version__,
+            "distributed": distributed.__version__,
+            "python": platform.python_version(),
+        },
+        "config": {f"slimgraph.{k}": config.get(k) for k in ("ordering", "gc", "lazy-containers")},
+        **runs,
+    }
+    if "stock" in runs and "slim" in runs:
+        s, m = runs["stock"], runs["slim"]
+        result["ratios"] = {
+            "total": _ratio(s["total_seconds"], m["total_seconds"]),
+            "owned_phases": _ratio(owned(s), owned(m)),
+            "order": _ratio(s["phases"].get("order"), m["phases"].get("order")),
+            "rss_bytes_per_task": _ratio(s["rss_bytes_per_task"], m["rss_bytes_per_task"]),
+            "engine_bytes_per_task": _ratio(
+                s["state_bytes_per_task"]["engine"], m["state_bytes_per_task"]["engine"]
+            ),
+            "tracemalloc_bytes_per_task": _ratio(
+                s.get("tracemalloc_bytes_per_task"), m.get("tracemalloc_bytes_per_task")
+            ),
+        }
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def format_table(result: dict) -> str:
+    kinds = [k for k in ("stock", "slim") if k in result]
+    n = result["tasks"]
+    lines = [
+        f"workload={result['workload']}  tasks={n:,}  edges={result['edges']:,}  "
+        f"dask={result['versions']['dask']}  ordering={result['config']['slimgraph.ordering']}  "
+        f"gc={result['config']['slimgraph.gc']}",
+        "",
+    ]
+    head = f"{'phase':<20}" + "".join(f"{k + ' s':>12}{k + ' us/task':>15}" for k in kinds)
+    if len(kinds) == 2:
+        head += f"{'stock/slim':>12}"
+    lines.append(head)
+    lines.append("-" * len(head))
+    names = [p for p in PHASES if any(p in result[k]["phases"] for k in kinds)]
+    names += sorted({p for k in kinds for p in result[k]["phases"]} - set(names))
+
+    def row(label: str, vals: list) -> str:
+        line = f"{label:<20}"
+        for v in vals:
+            line += f"{_fmt(v, '.3f'):>12}{_fmt(None if v is None else v / n * 1e6, '.2f'):>15}"
+        if len(vals) == 2:
+            line += f"{_fmt(_ratio(vals[0], vals[1]), '.1f') + 'x' if _ratio(vals[0], vals[1]) else '-':>12}"
+        return line
+
+    for p in names:
+        lines.append(row(p, [result[k]["phases"].get(p) for k in kinds]))
+    lines.append("-" * len(head))
+    lines.append(row("owned phases", [owned(result[k]) for k in kinds]))
+    lines.append(row("update_graph total", [result[k]["total_seconds"] for k in kinds]))
+    lines.append(row("  of which GC", [result[k]["gc_seconds"] for k in kinds]))
+    lines.append("")
+    mem = f"{'memory per task':<20}" + "".join(f"{k:>27}" for k in kinds)
+    if len(kinds) == 2:
+        mem += f"{'stock/slim':>12}"
+    lines.append(mem)
+
+    def mrow(label: str, vals: list) -> str:
+        line = f"{label:<20}" + "".join(f"{_fmt(v, ',.0f') + ' B':>27}" for v in vals)
+        if len(vals) == 2:
+            r = _ratio(vals[0], vals[1])
+            line += f"{_fmt(r, '.1f') + 'x' if r else '-':>12}"
+        return line
+
+    lines.append(mrow("RSS growth", [result[k]["rss_bytes_per_task"] for k in kinds]))
+    lines.append(mrow("tracemalloc retained", [result[k].get("tracemalloc_bytes_per_task") for k in kinds]))
+    lines.append(mrow("state: engine-owned", [result[k]["state_bytes_per_task"]["engine"] for k in kinds]))
+    lines.append(mrow("state: total", [result[k]["state_bytes_per_task"]["total"] for k in kinds]))
+    blocks = [result[k].get("longest_block_seconds") for k in kinds]
+    lines.append("")
+    lines.append(f"{'longest loop block':<20}" + "".join(f"{_fmt(b, '.3f') + ' s':>27}" for b in blocks))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m slimgraph bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="array")
+    ap.add_argument("--tasks", type=int, default=20_000)
+    ap.add_argument("--json", dest="json_path")
+    ap.add_argument("--tracemalloc", dest="tracemalloc", action="store_true", default=None,
+                    help="also measure retained bytes with tracemalloc (default: on up to 200k tasks)")
+    ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
+    ap.add_argument("--only", choices=("stock", "slim"), help="run one kind only")
+    a = ap.parse_args(argv)
+    kinds = (a.only,) if a.only else ("stock", "slim")
+    result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds)
+    print(format_table(result))
