@@ -305,6 +305,7 @@ def make_slim(scheduler: Scheduler) -> SlimScheduler:
         )
     scheduler.__class__ = SlimScheduler
     scheduler.slim_lazy = bool(dask.config.get("slimgraph.lazy-containers"))
+    scheduler._slim_queue()
     return scheduler  # type: ignore[return-value]
 
 

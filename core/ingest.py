@@ -207,7 +207,6 @@ class Ingestion:
         self.by_index: list = [None] * len(sub.index.keys)
         self.collisions = 0
         self.keys_with_annotations: set = set()
-        self._w_ids: set = set()  # ids of tasks this ingestion made waiting
 
     # -- phase 4 -----------------------------------------------------------
     def task_states(self) -> None:
@@ -527,32 +526,23 @@ class Ingestion:
         lazy = st.slim_lazy
         sid = self.sub.stimulus_id
         tasks = st.tasks
-        now = time.time()
-        log = st.transition_log
-        tail: deque = deque(maxlen=log.maxlen)
+        self._now = time.time()
+        tail: deque = deque(maxlen=st.transition_log.maxlen)
         to_waiting: list = []
         outside_waiters: dict = {}
-        moved: dict = defaultdict(int)  # (group, old, new) -> count
+        to_wait: dict = {}  # group -> tasks moved released -> waiting (not yet counted)
+        to_queue: dict = {}  # group -> tasks moved waiting -> queued (not yet counted)
         queuing = not math.isinf(st.WORKER_SATURATION)
-        queued = st.queued
+        queue_add = st.queued.add
         p_rw = _interested_plugins(st, "released", "waiting")
         p_ww = _interested_plugins(st, "waiting", "waiting")
         p_wq = _interested_plugins(st, "waiting", "queued")
         n_fast = 0
         popitem = recs.popitem
+        update = recs.update
+        append = tail.append
         rootish_by_group: dict = {}
-
-        def rootish(ts: SlimTaskState) -> bool:
-            # is_rootish depends on the task only through restrictions and
-            # run_spec.data_producer; otherwise on its group, which does not
-            # change during an ingestion.
-            if ts._x is not None or getattr(ts.run_spec, "data_producer", False):
-                return st.is_rootish(ts)
-            g = id(ts.group)
-            r = rootish_by_group.get(g)
-            if r is None:
-                r = rootish_by_group[g] = st.is_rootish(ts)
-            return r
+        is_rootish = st.is_rootish
 
         while recs:
             key, finish = popitem()
@@ -563,7 +553,8 @@ class Ingestion:
             if finish == "waiting" and start == "released":
                 # -- released -> waiting, inlined --
                 ts._state = "waiting"
-                moved[ts.group, "released", "waiting"] += 1
+                tg = ts.group
+                to_wait[tg] = to_wait.get(tg, 0) + 1
                 new_recs = {}
                 n_on = 0
                 deps = ts.dependencies
@@ -574,66 +565,82 @@ class Ingestion:
                     ds = dts._state
                     if ds == "released":
                         new_recs[dts.key] = "waiting"
-                    elif ds != "waiting" or id(dts) not in self._w_ids:
-                        outside_waiters.setdefault(dts, []).append(ts)
+                    elif dts.waiters is not _PENDING:
+                        # known before this submission: it learns its new waiter
+                        lst = outside_waiters.get(dts)
+                        if lst is None:
+                            outside_waiters[dts] = [ts]
+                        else:
+                            lst.append(ts)
                 if n_on == len(deps):
-                    ts.waiting_on = (deps if lazy else set(deps)) if deps else (None if lazy else set())
+                    if deps:
+                        ts.waiting_on = deps if lazy else set(deps)
+                    else:
+                        ts.waiting_on = None if lazy else set()
+                        new_recs[key] = "processing"
                 else:
                     on = [d for d in deps if not d.who_has]
                     ts.waiting_on = (freeze(on) if on else None) if lazy else set(on)
-                if not n_on:
-                    new_recs[key] = "processing"
-                self._w_ids.add(id(ts))
+                    if not on:
+                        new_recs[key] = "processing"
+                ts.waiters = _PENDING  # final value once every dependent is waiting
                 to_waiting.append(ts)
                 n_fast += 1
-                tail.append((key, "released", "waiting", new_recs))
+                append((key, "released", "waiting", new_recs))
                 for p in p_rw:
                     _notify(p, key, "released", "waiting", sid)
-                recs.update(new_recs)
+                if new_recs:
+                    update(new_recs)
                 continue
-            if (
-                finish == "processing"
-                and start == "waiting"
-                and queuing
-                and not st.idle_task_count
-                and (ts._x is None or ts._queueable)
-                and rootish(ts)
-            ):
-                # -- waiting -> processing -> queued, inlined --
-                ts._state = "queued"
-                moved[ts.group, "waiting", "queued"] += 1
-                queued.add(ts)
-                n_fast += 2
-                tail.append((key, "waiting", "waiting", {key: "queued"}))
-                for p in p_ww:
-                    _notify(p, key, "waiting", "waiting", sid)
-                tail.append((key, "waiting", "queued", {}))
-                for p in p_wq:
-                    _notify(p, key, "waiting", "queued", sid)
-                continue
+            if finish == "processing" and start == "waiting" and queuing and not st.idle_task_count:
+                # is_rootish depends on the task only through restrictions and
+                # run_spec.data_producer, otherwise on its group, which does
+                # not change during an ingestion.
+                x = ts._x
+                if x is None and not getattr(ts.run_spec, "data_producer", False):
+                    tg = ts.group
+                    r = rootish_by_group.get(tg)
+                    if r is None:
+                        r = rootish_by_group[tg] = is_rootish(ts)
+                else:
+                    r = (x is None or x._queueable) and is_rootish(ts)
+                if r:
+                    # -- waiting -> processing -> queued, inlined --
+                    ts._state = "queued"
+                    tg = ts.group
+                    to_queue[tg] = to_queue.get(tg, 0) + 1
+                    queue_add(ts)
+                    n_fast += 2
+                    append((key, "waiting", "waiting", {key: "queued"}))
+                    for p in p_ww:
+                        _notify(p, key, "waiting", "waiting", sid)
+                    append((key, "waiting", "queued", {}))
+                    for p in p_wq:
+                        _notify(p, key, "waiting", "queued", sid)
+                    continue
             # -- anything else: distributed's own transition --
-            self._flush(moved, tail, now, sid, n_fast)
+            self._flush(to_wait, to_queue, tail, n_fast)
             n_fast = 0
             new_recs, new_cmsgs, new_wmsgs = st._transition(key, finish, sid)
-            recs.update(new_recs)
+            update(new_recs)
             for c, msgs in new_cmsgs.items():
                 client_msgs.setdefault(c, []).extend(msgs)
             for w, msgs in new_wmsgs.items():
                 worker_msgs.setdefault(w, []).extend(msgs)
-        self._flush(moved, tail, now, sid, n_fast)
+        self._flush(to_wait, to_queue, tail, n_fast)
         # waiters: every dependent that is waiting on the task by now (stock
         # builds this set from the dependents already waiting, and each
         # later dependent adds itself when it becomes waiting).
         for ts in to_waiting:
             dependents = ts.dependents
-            if dependents:
-                w = [d for d in dependents if id(d) in self._w_ids or d._state == "waiting"]
-                if len(w) == len(dependents):
-                    ts.waiters = dependents if lazy else set(dependents)
-                else:
-                    ts.waiters = (freeze(w) if w else None) if lazy else set(w)
-            else:
+            if not dependents:
                 ts.waiters = None if lazy else set()
+                continue
+            w = [d for d in dependents if d._state == "waiting"]
+            if len(w) == len(dependents):
+                ts.waiters = dependents if lazy else set(dependents)
+            else:
+                ts.waiters = (freeze(w) if w else None) if lazy else set(w)
         for dts, lst in outside_waiters.items():
             w = dts.waiters
             if w is None or type(w) is not set or w is dts.dependents:
@@ -641,20 +648,23 @@ class Ingestion:
             w.update(lst)
             dts.waiters = w
 
-    def _flush(self, moved: dict, tail: deque, now: float, sid: str, n_fast: int) -> None:
+    def _flush(self, to_wait: dict, to_queue: dict, tail: deque, n_fast: int) -> None:
         """Make group/prefix counts, the log and the counter current before
         distributed's own code looks at them."""
         st = self.state
-        for (tg, old, new), n in moved.items():
-            tg.states[old] -= n
-            tg.states[new] += n
-            tp = tg.prefix
-            tp.states[old] -= n
-            tp.states[new] += n
-            tp.state_counts[new] += n
-        moved.clear()
+        for moved, old, new in ((to_wait, "released", "waiting"), (to_queue, "waiting", "queued")):
+            for tg, n in moved.items():
+                tg.states[old] -= n
+                tg.states[new] += n
+                tp = tg.prefix
+                tp.states[old] -= n
+                tp.states[new] += n
+                tp.state_counts[new] += n
+            moved.clear()
         st.transition_counter += n_fast
         log = st.transition_log
+        sid = self.sub.stimulus_id
+        now = self._now
         for key, start, finish, r in tail:
             log.append(Transition(key, start, finish, r, sid, now))
         tail.clear()
@@ -664,6 +674,11 @@ class Ingestion:
         for ts in self.touched:
             if ts._state in ("memory", "erred"):
                 st.report_on_key(ts=ts, client=self.sub.client)
+
+
+#: Marks tasks made waiting by the running ingestion until their waiters are
+#: known (an empty, falsy, distinct container: safe if anything reads it).
+_PENDING = Edges()
 
 
 def _notify(plugin: Any, key: Any, start: str, finish: str, sid: str) -> None:

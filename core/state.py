@@ -23,6 +23,7 @@ from distributed.scheduler import SchedulerState, TaskGroup, TaskPrefix, schedul
 
 from slimgraph import config
 from slimgraph.containers import NO_EDGES
+from slimgraph.queue import TaskQueue
 from slimgraph.taskstate import SlimTaskState
 
 #: Transitions that never touch waiting_on / waiters / edges.
@@ -67,6 +68,13 @@ class SlimSchedulerState(SchedulerState):
     def __init__(self, *args: Any, **kwargs: Any):
         self.slim_lazy = bool(dask.config.get("slimgraph.lazy-containers"))
         super().__init__(*args, **kwargs)
+        self._slim_queue()
+
+    def _slim_queue(self) -> None:
+        """Swap distributed's HeapSet for the leaner TaskQueue (while empty)."""
+        if not isinstance(self.queued, TaskQueue):
+            assert not self.queued, "can only swap an empty queue"
+            self.queued = TaskQueue()
 
     # ------------------------------------------------------------------
     # task creation

@@ -102,6 +102,9 @@ class SlimTaskState:
         "waiters",
         "who_wants",
         "_x",
+        # Sequence number in the scheduler's TaskQueue (ties in priority are
+        # broken by insertion order, as in stock's HeapSet).
+        "_qseq",
         # distributed's HeapSet (the queue) holds weak references to tasks.
         "__weakref__",
     )
@@ -120,6 +123,7 @@ class SlimTaskState:
         self.waiters = None
         self.who_wants = None
         self._x = None
+        self._qseq = None
         self.group = group
         group.add(self)
 
@@ -140,11 +144,26 @@ class SlimTaskState:
         ts.waiters = None
         ts.who_wants = None
         ts._x = None
+        ts._qseq = None
         ts.group = group
         return ts
 
     def __hash__(self) -> int:
         return hash(self.key)
+
+    def __lt__(self, other: "SlimTaskState") -> bool:
+        """Queue order: priority, then insertion order (see slimgraph.queue)."""
+        a = self._prio_head
+        b = other._prio_head
+        if a is b or a == b:
+            x = self._prio_order
+            y = other._prio_order
+            if x != y:
+                return x < y
+            return self._qseq < other._qseq
+        if type(a) is tuple and type(b) is tuple:
+            return a < b
+        return (self.priority, self._qseq) < (other.priority, other._qseq)
 
     # --- priority --------------------------------------------------------
     @property
@@ -241,7 +260,7 @@ class SlimTaskState:
         from distributed.utils import recursive_to_dict
 
         out = {}
-        for name in (*self.__slots__[:-2], *EXTRA_DEFAULTS):
+        for name in (*self.__slots__[:-3], *EXTRA_DEFAULTS):
             if name.startswith("_") or name in exclude:
                 continue
             out[name] = recursive_to_dict(getattr(self, name), exclude=exclude)

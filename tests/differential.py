@@ -172,6 +172,9 @@ class Pair:
                 ws.append(w)
                 self.worker_names[w.address] = f"w{i}"
             self.workers[tag] = ws
+        for s in (self.stock, self.slim):  # every worker registered and idle
+            while len(s.running) < self.n_workers or len(s.idle_task_count) < self.n_workers:
+                await asyncio.sleep(0.01)
         self.c_stock = await st.enter_async_context(Client(self.stock.address, asynchronous=True))
         self.c_slim = await st.enter_async_context(Client(self.slim.address, asynchronous=True))
         self.client_names = {self.c_stock.id: "client", self.c_slim.id: "client"}

@@ -232,15 +232,20 @@ def test_actors_and_restrictions_with_workers():
 
     async def body():
         async with Pair(n_workers=1, resources={"GPU": 1}) as p:
+            async def settle():
+                await wait_idle(p.stock, states=("processing",))
+                await wait_idle(p.slim, states=("processing",))
+
             await check(p, lambda c: c.submit(inc, 1, resources={"GPU": 1}, key="r1"))
+            await settle()
             await check(p, lambda c: c.submit(inc, 2, resources={"TPU": 1}, key="no-tpu"))
-            await wait_idle(p.stock, states=("processing",))
-            await wait_idle(p.slim, states=("processing",))
+            await settle()
             a, _ = await check(
                 p,
                 lambda c: c.map(inc, range(6), workers=["tcp://10.0.0.1:1"], allow_other_workers=True, key=[f"m{i}" for i in range(6)]),
             )
             assert a["tasks"]["no-tpu"]["state"] == "no-worker"
+            await settle()
             a, _ = await check(p, lambda c: c.submit(Counter, actor=True, key="actor-1"))
             assert a["tasks"]["actor-1"]["actor"]
 

@@ -33,7 +33,7 @@ from typing import Any
 from slimgraph.phases import OWNED_PHASES, PHASES
 
 
-def _progress(label: str, proc: subprocess.Popen, every: float = 2.0) -> None:
+def _progress(label: str, proc: subprocess.Popen, every: float = 10.0) -> None:
     """Show elapsed time while a long child runs (stderr, one line)."""
     t0 = time.monotonic()
     tty = sys.stderr.isatty()
