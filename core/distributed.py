@@ -260,38 +260,41 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
 
 # ----------------------------------------------------------------------
 # turning it on
-_original_new = None
+_installed = False
+_patched = False
 
 
 def _slim_new(cls: type, *args: Any, **kwargs: Any) -> Any:
-    if cls is Scheduler:
+    if _installed and cls is Scheduler:
         cls = SlimScheduler
     return object.__new__(cls)
 
 
 def install() -> None:
-    """Make every ``distributed.Scheduler(...)`` built from now on slim."""
-    global _original_new
-    if _original_new is not None:
-        return
-    _original_new = Scheduler.__dict__.get("__new__", None) or object.__new__
-    Scheduler.__new__ = _slim_new  # type: ignore[assignment]
+    """Make every ``distributed.Scheduler(...)`` built from now on slim.
+
+    Implemented with a ``Scheduler.__new__`` that returns a SlimScheduler
+    while installed. It stays in place after :func:`uninstall` (then it does
+    nothing): deleting a ``__new__`` from a class leaves CPython's type slot
+    in a state where ``object.__new__`` rejects the constructor arguments.
+    """
+    global _installed, _patched
+    if not _patched:
+        if "__new__" in Scheduler.__dict__:  # pragma: no cover - not in 2026.8.0
+            raise RuntimeError("distributed.Scheduler defines __new__; cannot install")
+        Scheduler.__new__ = _slim_new  # type: ignore[assignment]
+        _patched = True
+    _installed = True
 
 
 def uninstall() -> None:
     """Undo :func:`install`; schedulers already built keep their class."""
-    global _original_new
-    if _original_new is None:
-        return
-    if _original_new is object.__new__:
-        del Scheduler.__new__
-    else:
-        Scheduler.__new__ = _original_new  # type: ignore[assignment]
-    _original_new = None
+    global _installed
+    _installed = False
 
 
 def installed() -> bool:
-    return _original_new is not None
+    return _installed
 
 
 def make_slim(scheduler: Scheduler) -> SlimScheduler:

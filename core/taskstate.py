@@ -105,8 +105,6 @@ class SlimTaskState:
         # Sequence number in the scheduler's TaskQueue (ties in priority are
         # broken by insertion order, as in stock's HeapSet).
         "_qseq",
-        # distributed's HeapSet (the queue) holds weak references to tasks.
-        "__weakref__",
     )
 
     _run_id_iterator: ClassVar[itertools.count] = itertools.count()
@@ -260,7 +258,7 @@ class SlimTaskState:
         from distributed.utils import recursive_to_dict
 
         out = {}
-        for name in (*self.__slots__[:-3], *EXTRA_DEFAULTS):
+        for name in (*self.__slots__[:-2], *EXTRA_DEFAULTS):
             if name.startswith("_") or name in exclude:
                 continue
             out[name] = recursive_to_dict(getattr(self, name), exclude=exclude)

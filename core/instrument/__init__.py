@@ -1,0 +1,18 @@
+"""Measuring stock and slim schedulers: phases, memory, lazy containers, memray.
+
+- :mod:`.recorder`  the ``scheduler.extensions["slimgraph"]`` extension,
+  :func:`get_history` (stock and slim)
+- :mod:`.stock`     phase records for an unmodified stock scheduler
+  (:class:`StockRecorderPlugin`, :func:`install`)
+- :mod:`.loopmon`   event-loop block monitor
+- :mod:`.memory`    per-object memory tree of the live scheduler state
+- :mod:`.lazysets`  lazy-container census and time series
+- :mod:`.memray_capture`  memray capture of one update_graph
+- :mod:`.client`    the same, from a ``Client`` of a remote scheduler
+"""
+from slimgraph.instrument.recorder import (  # noqa: F401
+    SlimgraphExtension,
+    get_extension,
+    get_history,
+)
+from slimgraph.instrument.stock import StockRecorderPlugin, install, uninstall  # noqa: F401
