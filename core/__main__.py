@@ -23,11 +23,13 @@ def main(argv: list[str] | None = None) -> None:
     elif cmd == "profile":
         from slimgraph.profile import main as run
     elif cmd == "dashboard":
-        from slimgraph.launch import main as run
+        from slimgraph.dashboard_tab import launch as run
     else:
         print(USAGE, file=sys.stderr)
         raise SystemExit(f"unknown command {cmd!r}")
-    run(rest)
+    rc = run(rest)
+    if rc:
+        raise SystemExit(rc)
 
 
 if __name__ == "__main__":
