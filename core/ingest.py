@@ -116,7 +116,11 @@ def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
                     idx.append(j)
             n_edges += len(nd)
             deps[i] = tuple(idx)
-        if bad is None and not validate_key_type(k):
+        t = type(k)
+        if t is tuple:
+            if bad is None and not (type(k[0]) is str and _all_ints(k)) and not validate_key_type(k):
+                bad = k
+        elif t is not str and bad is None and not validate_key_type(k):
             bad = k
     if bad is not None:
         raise InvalidKeyError(
@@ -154,6 +158,13 @@ def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
                     outside_seen.add(k)
                     outside.append(k)
     return GraphIndex(dsk, keys, pos, deps, external, reached, outside, n_edges)
+
+
+def _all_ints(k: tuple) -> bool:
+    for x in k[1:]:
+        if type(x) is not int:
+            return False
+    return True
 
 
 def compute_order(index: GraphIndex) -> list | dict:
@@ -236,7 +247,9 @@ class Ingestion:
                 computation.groups.add(tg)
             return tg
 
-        resolve = NameResolver(make_group).group_of
+        resolver = NameResolver(make_group)
+        resolve = resolver.group_of
+        by_name = resolver._by_name
         by_index = self.by_index
         keys = idx.keys
         touched = self.touched
@@ -249,7 +262,9 @@ class Ingestion:
             k = keys[i]
             ts = tasks.get(k)
             if ts is None:
-                tg = resolve(k)
+                tg = by_name.get(k[0] if type(k) is tuple else k)
+                if tg is None:
+                    tg = resolve(k)
                 ts = detached(k, dsk[k], tg)
                 c = per_group.get(id(tg))
                 if c is None:
@@ -285,7 +300,7 @@ class Ingestion:
         n_edges = 0
         for i in fresh_spec:
             ts = by_index[i]
-            spec_deps = dsk[keys[i]].dependencies
+            spec_deps = ts.run_spec.dependencies
             if not spec_deps:
                 if not lazy:
                     ts.dependencies = set()
@@ -328,6 +343,9 @@ class Ingestion:
     @staticmethod
     def _add_dependents(dts: SlimTaskState, lst: list, lazy: bool) -> None:
         old = dts.dependents
+        if lazy and not old and len(lst) == 1:
+            dts.dependents = Edges(lst)
+            return
         if old:
             have = old if type(old) is set else set(old)
             lst = [*have, *(t for t in lst if t not in have)]
@@ -449,10 +467,17 @@ class Ingestion:
                 annotations_for_plugin["span"] = span_ann
             else:
                 annotations_for_plugin.pop("span", None)
-        if st.plugins:
+        from distributed.diagnostics.plugin import SchedulerPlugin
+
+        hooked = [
+            p for p in list(st.plugins.values())
+            if getattr(type(p), "update_graph", None) is not SchedulerPlugin.update_graph
+        ]
+        if hooked:
+            # Only built when some plugin listens: stock builds them always.
             tasks_for_plugin = [ts.key for ts in self.touched]
             priorities_for_plugin = {ts.key: ts.priority for ts in self.touched}
-            for plugin in list(st.plugins.values()):
+            for plugin in hooked:
                 try:
                     plugin.update_graph(
                         st,
@@ -506,6 +531,10 @@ class Ingestion:
 
     def _bulk_safe(self, recs: dict) -> bool:
         """The inlined transitions cover these tasks exactly (else: stock)."""
+        if len(self.new) == len(self.touched):
+            # Only new tasks: all released, with a run_spec, no lost deps,
+            # and their dependencies are new too.
+            return True
         tasks = self.state.tasks
         seen: set = set()
         stack = [tasks[k] for k in recs]
@@ -533,7 +562,7 @@ class Ingestion:
         to_wait: dict = {}  # group -> tasks moved released -> waiting (not yet counted)
         to_queue: dict = {}  # group -> tasks moved waiting -> queued (not yet counted)
         queuing = not math.isinf(st.WORKER_SATURATION)
-        queue_add = st.queued.add
+        queue_add = getattr(st.queued, "add_deferred", st.queued.add)
         p_rw = _interested_plugins(st, "released", "waiting")
         p_ww = _interested_plugins(st, "waiting", "waiting")
         p_wq = _interested_plugins(st, "waiting", "queued")

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 
 class TaskQueue:
-    __slots__ = ("_data", "_heap", "_seq", "_sorted", "_dirty")
+    __slots__ = ("_data", "_heap", "_seq", "_sorted", "_dirty", "_pending")
 
     def __init__(self) -> None:
         self._data: set = set()
@@ -35,6 +35,23 @@ class TaskQueue:
         self._seq = itertools.count()
         self._sorted = True
         self._dirty = False
+        self._pending: list = []
+
+    def add_deferred(self, ts: Any) -> None:
+        """Add now (membership, sequence number), place in the heap later.
+
+        Bulk ingestion queues many tasks in an order unrelated to their
+        priority; pushing each would cost log(n) Python-level comparisons.
+        Pending tasks are sorted once, with C-level tuple comparisons, when
+        the heap is next read (see :meth:`_clean`).
+        """
+        if ts in self._data:
+            return
+        if ts._qseq is not None:
+            self._dirty = True
+        ts._qseq = next(self._seq)
+        self._data.add(ts)
+        self._pending.append(ts)
 
     def __contains__(self, value: object) -> bool:
         return value in self._data
@@ -59,6 +76,16 @@ class TaskQueue:
         self._sorted = False
 
     def _clean(self) -> None:
+        if self._pending:
+            pending = self._pending
+            self._pending = []
+            pending.sort(key=_sort_key)
+            if not self._heap:
+                self._heap = pending  # a sorted list is a heap
+            else:
+                self._heap.extend(pending)
+                self._dirty = True
+            self._sorted = False
         if self._dirty:
             heapq.heapify(self._heap)
             self._dirty = False
@@ -113,6 +140,7 @@ class TaskQueue:
     def peekright(self) -> Any:
         if not self._data:
             raise KeyError("peek into empty set")
+        self._clean()
         while True:
             ts = self._heap[-1]
             if ts in self._data:
@@ -122,6 +150,7 @@ class TaskQueue:
     def popright(self) -> Any:
         if not self._data:
             raise KeyError("pop from an empty set")
+        self._clean()
         while True:
             ts = self._heap.pop()
             if ts in self._data:
@@ -147,5 +176,11 @@ class TaskQueue:
     def clear(self) -> None:
         self._data.clear()
         self._heap.clear()
+        self._pending.clear()
         self._sorted = True
         self._dirty = False
+
+
+def _sort_key(ts: Any) -> tuple:
+    """The order ``SlimTaskState.__lt__`` defines, as a C-comparable tuple."""
+    return (ts.priority, ts._qseq)

@@ -1,0 +1,89 @@
+"""TaskQueue against distributed's HeapSet: same answers, operation by operation."""
+from __future__ import annotations
+
+import operator
+
+from distributed.collections import HeapSet
+from distributed.scheduler import TaskGroup, TaskPrefix
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slimgraph.queue import TaskQueue
+from slimgraph.taskstate import SlimTaskState
+
+GROUP = TaskGroup("g", TaskPrefix("g"))
+
+
+class Ref:
+    """A stock-like element for HeapSet (which holds weak references)."""
+
+    def __init__(self, i, priority):
+        self.i = i
+        self.priority = priority
+
+
+def make_tasks(prios):
+    out = []
+    for i, (user, gen, order) in enumerate(prios):
+        ts = SlimTaskState(("t", i), None, "released", GROUP)
+        ts.priority = (user, gen, order)
+        out.append(ts)
+    return out
+
+
+def idx(x):
+    return x.i if isinstance(x, Ref) else x.key[1]
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add_deferred", "discard", "pop", "peek", "peekn", "popright", "sorted", "len", "in"]),
+        st.integers(0, 19),
+        st.integers(1, 5),
+    ),
+    max_size=80,
+)
+prios = st.lists(
+    st.tuples(st.integers(-1, 1), st.integers(0, 2), st.integers(0, 6)), min_size=20, max_size=20
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(prios, ops)
+def test_same_as_heapset(prio_list, operations):
+    tasks = make_tasks(prio_list)
+    refs = [Ref(i, p) for i, p in enumerate(prio_list)]
+    ref = HeapSet(key=operator.attrgetter("priority"))
+    q = TaskQueue()
+    for op, i, n in operations:
+        if op in ("add", "add_deferred"):
+            ref.add(refs[i])
+            getattr(q, op)(tasks[i])
+        elif op == "discard":
+            ref.discard(refs[i])
+            q.discard(tasks[i])
+        elif op == "pop":
+            if ref:
+                assert idx(q.pop()) == idx(ref.pop())
+            else:
+                assert not q
+        elif op == "peek":
+            if ref:
+                assert idx(q.peek()) == idx(ref.peek())
+        elif op == "peekn":
+            assert [idx(x) for x in q.peekn(n)] == [idx(x) for x in ref.peekn(n)]
+        elif op == "popright":
+            # "one of the largest (not necessarily the largest)": compare the guarantee
+            if ref:
+                x = q.popright()
+                ref.discard(refs[idx(x)])
+                if ref:
+                    assert x.priority >= ref.peek().priority
+        elif op == "sorted":
+            assert [idx(x) for x in q.sorted()] == [idx(x) for x in ref.sorted()]
+        elif op == "len":
+            assert len(q) == len(ref)
+        elif op == "in":
+            assert (tasks[i] in q) == (refs[i] in ref)
+    assert [idx(x) for x in q.sorted()] == [idx(x) for x in ref.sorted()]
+    assert {idx(x) for x in q} == {idx(x) for x in ref}
