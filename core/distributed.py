@@ -343,3 +343,14 @@ SlimLocalCluster = _slim_local_cluster_class()
 def local_cluster(**kwargs: Any):
     """``LocalCluster(**kwargs)`` with a SlimScheduler."""
     return SlimLocalCluster(**kwargs)
+
+
+# Preload modules are imported before the scheduler builds its dashboard:
+# registering here (not in dask_setup) puts the Slimgraph tab and its
+# individual-* pages into that dashboard. Plain Bokeh: panel is not imported.
+try:
+    from slimgraph.dashboard_tab import register as _register_tab
+except ImportError:  # pragma: no cover - dashboard extras not installed
+    pass
+else:
+    _register_tab()

@@ -1,0 +1,75 @@
+"""``slimgraph dashboard``: serve the app on port 5006 with embedded clusters.
+
+``main()`` is what the CLI calls (``python -m slimgraph dashboard``; from the
+installed package use :func:`slimgraph.dashboard_tab.launch`, which puts this
+checkout's ``dashboard`` on ``sys.path`` first). It is ``panel serve
+dashboard`` run in this process: the app is served at ``/dashboard``, the
+stock and slim LocalClusters start in the background right away (so the
+first submission does not wait for them), and Ctrl-C closes them.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _root not in sys.path:
+    sys.path.insert(0, _root)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slimgraph dashboard", description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=5006)
+    p.add_argument("--address", default="127.0.0.1", help="interface to listen on")
+    p.add_argument("--scheduler", default=None,
+                   help="read this scheduler instead of starting LocalClusters "
+                        "(default: $SLIMGRAPH_SCHEDULER)")  # fmt: skip
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--show", action="store_true", help="open a browser")
+    p.add_argument("--allow-websocket-origin", action="append", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.scheduler:
+        os.environ["SLIMGRAPH_SCHEDULER"] = args.scheduler
+    os.environ.setdefault("SLIMGRAPH_WORKERS", str(args.workers))
+    os.environ.setdefault("SLIMGRAPH_THREADS", str(args.threads))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    import panel as pn
+
+    from dashboard import clusters
+    from dashboard.app import build
+
+    pn.extension()
+    mgr = clusters.manager()
+    if not mgr.remote:
+        mgr.start_in_background()
+    origins = args.allow_websocket_origin or [
+        f"localhost:{args.port}", f"127.0.0.1:{args.port}", f"{args.address}:{args.port}",
+    ]  # fmt: skip
+    print(f"slimgraph dashboard: http://{args.address}:{args.port}/dashboard", flush=True)
+    try:
+        pn.serve(
+            {"dashboard": build},
+            port=args.port,
+            address=args.address,
+            websocket_origin=origins,
+            show=args.show,
+            title="slimgraph dashboard",
+            start=True,
+        )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        clusters.reset_manager()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

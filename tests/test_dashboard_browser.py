@@ -1,0 +1,530 @@
+"""The dashboard in a real headless Chromium, reached the three ways.
+
+- (a) ``panel serve dashboard`` (reading a scheduler named by
+  ``SLIMGRAPH_SCHEDULER``) and ``slimgraph.dashboard_tab.launch`` (what
+  ``slimgraph dashboard`` runs: port, embedded stock and slim LocalClusters);
+- (b) JupyterLab: the launcher tile (jupyter-server-proxy entry point) and a
+  notebook cell (``show_in_notebook``, inline resources);
+- (c) the "slimgraph" tab of a scheduler's own dashboard, next to dask's
+  Status/Workers/Tasks/System tabs (scheduler in a subprocess).
+
+Every page must load with no console errors, and every request the browser
+makes must go to 127.0.0.1/localhost. Streaming is checked by reading the
+named ColumnDataSources: ``Bokeh.documents[i].get_model_by_name(NAME).data``.
+Screenshots go to ``test-artifacts/``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.cluster]
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking"]  # fmt: skip
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+
+if not os.path.exists(CHROMIUM):  # pragma: no cover
+    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+# ---------------------------------------------------------------------------
+# processes
+# ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 60, proc: "Proc | None" = None) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.p.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited ({proc.p.returncode}):\n{proc.log_tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status < 500:
+                    return
+        except Exception as e:  # noqa: BLE001
+            last = e
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} did not answer in {timeout} s ({last})"
+                       + (f"\n{proc.log_tail()}" if proc else ""))  # fmt: skip
+
+
+class Proc:
+    """A subprocess in its own session; stopped by its id (SIGINT, then the group)."""
+
+    def __init__(self, name: str, cmd: list[str], tmp: Path, env: dict | None = None, cwd=None):
+        self.name = name
+        self.log = tmp / f"{name}.log"
+        e = dict(os.environ)
+        e.update(env or {})
+        e.setdefault("PYTHONUNBUFFERED", "1")
+        self._fh = open(self.log, "w")
+        self.p = subprocess.Popen(cmd, stdout=self._fh, stderr=subprocess.STDOUT, env=e,
+                                  cwd=cwd or ROOT, start_new_session=True)  # fmt: skip
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+            try:
+                self.p.wait(15)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # the session we created: our process and its children only
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.p.wait(5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+        self._fh.close()
+
+
+@pytest.fixture(scope="module")
+def tmp_mod(tmp_path_factory):
+    return tmp_path_factory.mktemp("dashboard")
+
+
+@pytest.fixture(scope="module")
+def scheduler_proc(tmp_mod):
+    """A stock ``dask scheduler`` subprocess, slimgraph tab registered by a
+    preload at import time, plus one worker; yields (address, dashboard url)."""
+    preload = tmp_mod / "sg_tab_preload.py"
+    preload.write_text(textwrap.dedent("""
+        from slimgraph.dashboard_tab import ensure_recording, register
+        register()  # at import: before the scheduler builds its dashboard
+
+        def dask_setup(scheduler):
+            ensure_recording(scheduler)  # a stock scheduler: record its phases
+    """))
+    port, dport = free_port(), free_port()
+    sched = Proc("scheduler", [
+        sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+        "--port", str(port), "--dashboard-address", f"127.0.0.1:{dport}",
+        "--preload", str(preload),
+    ], tmp_mod, cwd=tmp_mod)  # fmt: skip  (cwd: the checkout's dashboard/ is not importable there)
+    address = f"tcp://127.0.0.1:{port}"
+    worker = None
+    try:
+        wait_http(f"http://127.0.0.1:{dport}/health", proc=sched)
+        worker = Proc("worker", [
+            sys.executable, "-m", "distributed.cli.dask_worker", address,
+            "--nworkers", "1", "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1",
+        ], tmp_mod, cwd=tmp_mod)  # fmt: skip
+        yield address, f"http://127.0.0.1:{dport}"
+    finally:
+        if worker is not None:
+            worker.stop()
+        sched.stop()
+
+
+@pytest.fixture(scope="module")
+def client(scheduler_proc):
+    from distributed import Client
+
+    with Client(scheduler_proc[0], timeout="20s") as c:
+        c.wait_for_workers(1, timeout=60)
+        yield c
+
+
+# ---------------------------------------------------------------------------
+# the browser
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Watch:
+    """Console errors, page errors and every request of a browser context."""
+
+    def __init__(self):
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+
+    def attach(self, page) -> None:
+        page.on("console", lambda m: m.type == "error" and self.errors.append(f"{page.url}: {m.text}"))
+        page.on("pageerror", lambda e: self.errors.append(f"{page.url}: pageerror {e}"))
+
+    def outside(self) -> list[str]:
+        out = []
+        for u in self.requests:
+            p = urlparse(u)
+            if p.scheme in ("data", "blob", "about"):
+                continue
+            if p.hostname not in LOCAL_HOSTS:
+                out.append(u)
+        return out
+
+
+@pytest.fixture
+def web(chromium, request):
+    ctx = chromium.new_context(viewport={"width": 1500, "height": 1300}, accept_downloads=True)
+    watch = Watch()
+    ctx.on("request", lambda r: watch.requests.append(r.url))
+    ctx.on("page", watch.attach)
+    page = ctx.new_page()
+    page.set_default_timeout(30_000)
+    yield page, watch
+    ARTIFACTS.mkdir(exist_ok=True)
+    for i, pg in enumerate(ctx.pages):
+        try:
+            suffix = "" if i == 0 else f"-{i}"
+            pg.screenshot(path=str(ARTIFACTS / f"{request.node.name}{suffix}-end.png"), full_page=True)
+        except Exception:  # noqa: BLE001
+            pass
+    ctx.close()
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+SOURCE_JS = """(name) => {
+    if (!window.Bokeh) return null;
+    for (const d of Bokeh.documents) {
+        const m = d.get_model_by_name(name);
+        if (m && m.data) {
+            const out = {};
+            for (const [k, v] of Object.entries(m.data)) out[k] = Array.from(v);
+            return out;
+        }
+    }
+    return null;
+}"""
+
+
+def source(page, name: str) -> dict | None:
+    return page.evaluate(SOURCE_JS, name)
+
+
+def nrows(page, name: str, col: str) -> int:
+    d = source(page, name)
+    return -1 if d is None else len(d.get(col, []))
+
+
+def wait_rows(page, name: str, col: str, more_than: int, timeout: float = 90) -> int:
+    deadline = time.monotonic() + timeout
+    n = nrows(page, name, col)
+    while n <= more_than and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+        n = nrows(page, name, col)
+    assert n > more_than, f"{name}.{col}: {n} rows, wanted > {more_than}"
+    return n
+
+
+def settle(page, ticks: int = 2) -> None:
+    """Wait until the app has refreshed ``ticks`` times (history loaded)."""
+    wait_rows(page, "sg-rss", "time", ticks - 1, timeout=60)
+    page.wait_for_timeout(300)
+
+
+def wait_model(page, name: str, timeout: float = 60_000) -> None:
+    page.wait_for_function(
+        "(n) => window.Bokeh && Bokeh.documents.some(d => d.get_model_by_name(n) !== null)",
+        arg=name, timeout=timeout,
+    )
+
+
+def assert_clean(watch: Watch) -> None:
+    assert not watch.errors, "console errors:\n" + "\n".join(watch.errors)
+    outside = watch.outside()
+    assert not outside, f"requests to outside hosts: {outside}"
+    assert watch.requests, "no request was recorded at all"
+
+
+# ---------------------------------------------------------------------------
+# (c) the scheduler's own dashboard
+# ---------------------------------------------------------------------------
+
+DASK_TABS = ("status", "workers", "tasks", "system")
+
+
+def test_scheduler_tab_beside_dask_tabs(web, scheduler_proc, client):
+    page, watch = web
+    _, dash = scheduler_proc
+
+    page.goto(f"{dash}/slimgraph")
+    wait_model(page, "sg-timing-stock")
+    nav = page.locator("a[href='slimgraph']")
+    assert nav.count() >= 1, "no slimgraph entry in the navbar"
+    settle(page)
+    before = nrows(page, "sg-timing-stock", "submission_id")
+    lazy_before = nrows(page, "sg-lazy-stock", "time")
+
+    import dask.array as da
+
+    x = da.ones((400, 400), chunks=10) + 1
+    fut = client.compute(x.sum())
+    wait_rows(page, "sg-timing-stock", "submission_id", before)
+    wait_rows(page, "sg-memory-stock", "path", 0)
+    wait_rows(page, "sg-lazy-stock", "time", lazy_before + 1)
+    assert fut.result(timeout=60) == 2 * 400 * 400
+    row = source(page, "sg-timing-stock")
+    assert row["tasks"][-1] > 1000 and row["total_s"][-1] > 0
+    shot(page, "scheduler-slimgraph-tab")
+
+    # dask's own tabs still render: their documents have plots drawn on canvases
+    for tab in DASK_TABS:
+        page.goto(f"{dash}/{tab}")
+        page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0")
+        page.wait_for_function(
+            "() => Bokeh.documents[0].roots().length > 0 && document.querySelector('.bk-Figure, .bk-DataTable, .bk-Column, .bk-Row, .bk-GridPlot, .bk-Tabs') !== null",
+            timeout=30_000,
+        )
+        page.locator("canvas").first.wait_for(state="attached", timeout=30_000)
+        assert page.locator("a[href='slimgraph']").count() >= 1, f"navbar of /{tab} lacks slimgraph"
+        shot(page, f"scheduler-dask-{tab}")
+
+    # the individual-* pages that dask-labextension lists
+    with urllib.request.urlopen(f"{dash}/individual-plots.json") as r:
+        plots = json.load(r)
+    ours = {k: v for k, v in plots.items() if "slimgraph" in v}
+    assert set(ours.values()) == {"/individual-slimgraph-timing", "/individual-slimgraph-memory",
+                                  "/individual-slimgraph-lazy-sets"}  # fmt: skip
+    page.goto(f"{dash}/individual-slimgraph-timing")
+    wait_model(page, "sg-timing-stock")
+    wait_rows(page, "sg-timing-stock", "submission_id", 0)
+    shot(page, "scheduler-individual-timing")
+    assert_clean(watch)
+
+
+# ---------------------------------------------------------------------------
+# (a) panel serve dashboard, against an existing scheduler
+# ---------------------------------------------------------------------------
+
+
+def test_panel_serve_reads_existing_scheduler(web, scheduler_proc, client, tmp_mod):
+    page, watch = web
+    address, _ = scheduler_proc
+    port = free_port()
+    app = Proc("panel-serve", [
+        sys.executable, "-m", "panel", "serve", "dashboard", "--address", "127.0.0.1",
+        "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}",
+    ], tmp_mod, env={"SLIMGRAPH_SCHEDULER": address})  # fmt: skip
+    try:
+        wait_http(f"http://127.0.0.1:{port}/dashboard", proc=app)
+        page.goto(f"http://127.0.0.1:{port}/dashboard")
+        wait_model(page, "sg-timing-stock")
+        assert source(page, "sg-timing-slim") is None  # one remote scheduler: its kind only
+        page.get_by_text("SLIMGRAPH_SCHEDULER").first.wait_for()
+        settle(page)
+        old_ids = source(page, "sg-timing-stock")["submission_id"]
+        before = len(old_ids)
+        page.locator("select").nth(1).select_option("1k")
+        page.get_by_role("button", name="Submit").click()
+        n = wait_rows(page, "sg-timing-stock", "submission_id", before)
+        new = source(page, "sg-timing-stock")
+        assert new["submission_id"][-1] > max(old_ids, default=0)
+        assert 500 < new["tasks"][-1] < 5000  # the 1k array workload
+        wait_rows(page, "sg-memory-stock", "path", 0)
+        wait_rows(page, "sg-lazy-stock", "time", 0)
+        page.get_by_text(re.compile(r"job \d+")).first.wait_for()
+        page.wait_for_function(
+            "() => document.body.innerHTML.length > 0", timeout=5_000)  # page alive
+        shot(page, "panel-serve-remote")
+        assert n >= 1
+
+        # cancel: a 10k-task job on one single-threaded worker runs for seconds
+        page.get_by_text(re.compile(r"job 1 .*: done")).first.wait_for(timeout=60_000)
+        page.locator("select").nth(1).select_option("10k")
+        page.get_by_role("button", name="Submit").click()
+        page.get_by_text(re.compile(r"job 2 .*: computing")).first.wait_for(timeout=60_000)
+        page.get_by_role("button", name="Cancel").click()
+        page.get_by_text(re.compile(r"job 2 .*: cancelled")).first.wait_for(timeout=30_000)
+        assert page.get_by_role("button", name="Submit").is_enabled()
+        shot(page, "panel-serve-remote-cancelled")
+        assert_clean(watch)
+    finally:
+        app.stop()
+
+
+# ---------------------------------------------------------------------------
+# (a) slimgraph dashboard: launch() with embedded LocalClusters
+# ---------------------------------------------------------------------------
+
+
+def test_launch_embedded_clusters_stream_and_memray(web, tmp_mod):
+    page, watch = web
+    port = free_port()
+    app = Proc("launch", [
+        sys.executable, "-c",
+        f"from slimgraph.dashboard_tab import launch; launch(['--port', '{port}'])",
+    ], tmp_mod)  # fmt: skip
+    try:
+        wait_http(f"http://127.0.0.1:{port}/dashboard", proc=app)
+        page.goto(f"http://127.0.0.1:{port}/dashboard")
+        wait_model(page, "sg-timing-stock")
+        wait_model(page, "sg-timing-slim")
+        # wait for the embedded clusters (started in the background by launch)
+        page.get_by_text(re.compile(r"stock: running")).first.wait_for(timeout=90_000)
+        slim_ok = page.get_by_text("slim: not available").count() == 0
+        if slim_ok:
+            page.get_by_text(re.compile(r"slim: running")).first.wait_for(timeout=90_000)
+        kinds = ("stock", "slim") if slim_ok else ("stock",)
+        settle(page)
+        before = {k: max(nrows(page, f"sg-timing-{k}", "submission_id"), 0) for k in kinds}
+        assert before == {k: 0 for k in kinds}  # fresh clusters
+        lazy_before = {k: max(nrows(page, f"sg-lazy-{k}", "time"), 0) for k in kinds}
+        page.locator("select").nth(1).select_option("1k")
+        page.get_by_role("button", name="both" if slim_ok else "stock").click()
+        boxes = page.get_by_role("checkbox")  # lazy containers, memray (in that order)
+        assert boxes.count() == 2 and boxes.nth(0).is_checked() and not boxes.nth(1).is_checked()
+        boxes.nth(1).check()
+        page.get_by_role("button", name="Submit").click()
+        for k in kinds:
+            wait_rows(page, f"sg-timing-{k}", "submission_id", before[k], timeout=120)
+            wait_rows(page, f"sg-memory-{k}", "path", 0)
+            wait_rows(page, f"sg-lazy-{k}", "time", lazy_before[k])
+        rows = source(page, "sg-timing-stock")
+        assert rows["tasks"][-1] > 500
+        page.get_by_text(re.compile(r"job \d+ .*: done")).first.wait_for(timeout=120_000)
+        for k in kinds:  # the census caught the graph while it ran
+            assert max(source(page, f"sg-lazy-{k}")["eager_mb"]) > 0, k
+        for k in kinds:
+            button = page.get_by_role("button", name=re.compile(rf"memray flamegraph \({k}, job"))
+            button.wait_for(timeout=90_000)
+            with page.expect_download(timeout=30_000) as dl:
+                button.click()
+            html = Path(dl.value.path()).read_text(errors="replace")
+            assert dl.value.suggested_filename.startswith(f"slimgraph-memray-{k}-")
+            assert len(html) > 10_000 and "<html" in html.lower() and "update_graph" in html
+        shot(page, "launch-embedded")
+
+        # the embedded stock scheduler's own dashboard: dask's tabs render in a
+        # process that imported panel, and it has the slimgraph tab too
+        link = page.locator("a", has_text="dask dashboard").first.get_attribute("href")
+        dash = link.rsplit("/", 1)[0]
+        for tab in ("workers", "slimgraph"):
+            page.goto(f"{dash}/{tab}")
+            page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.documents[0].roots().length > 0")
+            page.locator("canvas").first.wait_for(state="attached", timeout=30_000)
+            shot(page, f"launch-embedded-dask-{tab}")
+        assert_clean(watch)
+    finally:
+        app.stop()
+
+
+# ---------------------------------------------------------------------------
+# (b) JupyterLab: launcher tile and a notebook cell
+# ---------------------------------------------------------------------------
+
+
+def test_jupyterlab_launcher_tile_and_notebook(web, scheduler_proc, client, tmp_mod):
+    page, watch = web
+    address, _ = scheduler_proc
+    import dask.bag as db
+
+    assert client.compute(db.range(100, npartitions=10).sum()).result(timeout=60) == 4950
+    port, token, base = free_port(), "sgtoken", "/jl/"
+    nbdir = tmp_mod / "nb"
+    nbdir.mkdir(exist_ok=True)
+    nb = {
+        "cells": [{
+            "cell_type": "code", "execution_count": None, "id": "c1", "metadata": {}, "outputs": [],
+            "source": [f"import sys; sys.path.insert(0, {str(ROOT)!r})\n",
+                       "from dashboard.app import show_in_notebook\n",
+                       "show_in_notebook()"],
+        }],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }  # fmt: skip
+    (nbdir / "dash.ipynb").write_text(json.dumps(nb))
+    home = tmp_mod / "jhome"
+    env = {
+        "SLIMGRAPH_SCHEDULER": address,
+        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "IPYTHONDIR": str(home / "ipython"),
+    }
+    lab = Proc("jupyterlab", [
+        sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1",
+        "--port", str(port), f"--IdentityProvider.token={token}", f"--ServerApp.base_url={base}",
+        f"--ServerApp.root_dir={nbdir}", "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",
+        *(["--allow-root"] if os.geteuid() == 0 else []),
+    ], tmp_mod, env=env)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}{base}"
+        wait_http(f"{url}api/status?token={token}", proc=lab)
+        page.goto(f"{url}lab?token={token}")
+        tile = page.locator(".jp-LauncherCard", has_text="slimgraph dashboard")
+        tile.first.wait_for(timeout=60_000)
+        lab_errors = list(watch.errors)
+        with page.context.expect_page(timeout=30_000) as new:
+            tile.first.click()
+        app = new.value
+        app.wait_for_load_state()
+        wait_model(app, "sg-timing-stock", timeout=90_000)
+        assert urlparse(app.url).path.startswith(f"{base}slimgraph/dashboard")
+        app.get_by_text("SLIMGRAPH_SCHEDULER").first.wait_for()
+        settle(app)
+        assert nrows(app, "sg-timing-stock", "submission_id") >= 1  # the scheduler's history
+        shot(app, "jupyterlab-proxied-app")
+        app_errors = [e for e in watch.errors if "/slimgraph/" in e]
+        assert not app_errors, "console errors:\n" + "\n".join(app_errors)
+        app.close()
+
+        # a notebook cell, offline (inline BokehJS and CSS)
+        # (its own workspace: two windows on one workspace make JupyterLab
+        # redirect the second one while it loads)
+        nbpage = page.context.new_page()
+        nbpage.goto(f"{url}lab/workspaces/nb/tree/dash.ipynb?token={token}")
+        nbpage.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+        nbpage.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(timeout=60_000)
+        nbpage.wait_for_timeout(1000)
+        nbpage.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click()
+        nbpage.keyboard.press("Shift+Enter")
+        try:
+            wait_model(nbpage, "sg-timing-stock", timeout=120_000)
+        except Exception as e:
+            raise AssertionError(f"the notebook cell did not render the app; console errors: {watch.errors}") from e
+        nbpage.locator(".jp-OutputArea-output canvas").first.wait_for(state="attached", timeout=60_000)
+        settle(nbpage, ticks=3)  # live updates reach the notebook (comm pushes)
+        shot(nbpage, "jupyterlab-notebook-cell")
+        # JupyterLab's own console messages are not ours; nothing may come
+        # from the app's pages (Bokeh/Panel) and nothing may leave the host
+        ours = [e for e in watch.errors if e not in lab_errors
+                and any(w in e.lower() for w in ("bokeh", "panel", "slimgraph"))]
+        assert not ours, "console errors:\n" + "\n".join(ours)
+        outside = watch.outside()
+        assert not outside, f"requests to outside hosts: {outside}"
+    finally:
+        lab.stop()
