@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 from distributed import Client, Future, Scheduler, Worker
 from distributed.diagnostics.plugin import SchedulerPlugin
-from distributed.protocol.serialize import ToPickle
 
+from slimgraph.bench.payload import arguments, intercept
 from slimgraph.distributed import SlimScheduler
 
 
@@ -207,31 +207,9 @@ class Pair:
     def capture(self, make: Callable[[Client], Any]) -> tuple[list[dict], Any]:
         """Run ``make(client)`` on the stock-side client, capturing (not
         sending) its update-graph messages."""
-        c = self.c_stock
-        captured: list = []
-        orig = c._send_to_scheduler
+        return intercept(self.c_stock, make)
 
-        def send(msg):
-            if msg.get("op") == "update-graph":
-                captured.append(msg)
-            else:
-                orig(msg)
-
-        c._send_to_scheduler = send
-        try:
-            result = make(c)
-        finally:
-            c._send_to_scheduler = orig
-        return captured, result
-
-    @staticmethod
-    def payload(msg: dict) -> dict:
-        out = {}
-        for k, v in msg.items():
-            if k == "op":
-                continue
-            out[k] = v.data if isinstance(v, ToPickle) else v
-        return out
+    payload = staticmethod(arguments)
 
     async def submit_both(self, make: Callable[[Client], Any]) -> tuple[dict, dict]:
         """Capture ``make``'s submission, ingest it on both, snapshot both."""

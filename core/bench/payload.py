@@ -13,35 +13,43 @@ from typing import Any
 from distributed.protocol.serialize import ToPickle
 
 
+def intercept(client: Any, make: Any) -> tuple[list, Any]:
+    """Run ``make(client)``, keeping (not sending) its update-graph messages.
+
+    Every other message the client sends goes out as usual.
+    """
+    captured: list = []
+    orig = client._send_to_scheduler
+
+    def send(msg: dict) -> None:
+        if msg.get("op") == "update-graph":
+            captured.append(msg)
+        else:
+            orig(msg)
+
+    client._send_to_scheduler = send
+    try:
+        result = make(client)
+    finally:
+        client._send_to_scheduler = orig
+    return captured, result
+
+
+def arguments(msg: dict) -> dict:
+    """An update-graph message as ``Scheduler.update_graph`` receives it."""
+    return {k: v.data if isinstance(v, ToPickle) else v for k, v in msg.items() if k != "op"}
+
+
 async def _capture(collection: Any) -> dict:
     from distributed import Client, Scheduler
 
     async with Scheduler(dashboard_address=":0", host="127.0.0.1") as s:
         async with Client(s.address, asynchronous=True) as c:
-            captured: list = []
-            orig = c._send_to_scheduler
-
-            def send(msg: dict) -> None:
-                if msg.get("op") == "update-graph":
-                    captured.append(msg)
-                else:
-                    orig(msg)
-
-            c._send_to_scheduler = send
-            try:
-                futures = c.compute(collection)
-            finally:
-                c._send_to_scheduler = orig
+            (msg,), futures = intercept(c, lambda c: c.compute(collection))
             del futures
-    (msg,) = captured
-    out: dict = {}
-    for k, v in msg.items():
-        if k == "op":
-            continue
-        if k == "expr_ser":
-            out[k] = {"header": v.header, "frames": [bytes(f) for f in v.frames]}
-        else:
-            out[k] = v.data if isinstance(v, ToPickle) else v
+    out = arguments(msg)
+    ser = out["expr_ser"]
+    out["expr_ser"] = {"header": ser.header, "frames": [bytes(f) for f in ser.frames]}
     return out
 
 
