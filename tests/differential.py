@@ -53,23 +53,16 @@ def _keys(container: Any) -> frozenset:
     return frozenset(ts.key for ts in container or ())
 
 
-def snapshot(s: Scheduler, client_names: dict, worker_names: dict | None = None) -> dict:
+def snapshot(s: Scheduler, client_names: dict) -> dict:
     """Canonical, comparable view of a scheduler's task state.
 
-    Workers are compared up to relabelling: stock breaks ties between
-    equally busy workers by iterating a set of WorkerStates, whose order
-    follows the hash of their (random-port) addresses. A worker is named by
-    the smallest key it is processing or holding, else by address rank.
+    Which worker takes a task is compared only as "some worker" plus the
+    number of tasks per worker: stock breaks ties between equally busy
+    workers by iterating a set of WorkerStates, whose order follows the hash
+    of their (random-port) addresses, so two stock schedulers differ there
+    too. Which tasks are processing, queued or unrunnable is compared
+    exactly.
     """
-    worker_names = {}
-    idle = 0
-    for addr, ws in sorted(s.workers.items()):
-        held = [repr(ts.key) for ts in ws.processing] or [repr(ts.key) for ts in ws.has_what]
-        if held:
-            worker_names[addr] = "w:" + min(held)
-        else:
-            worker_names[addr] = f"idle{idle}"
-            idle += 1
     tasks = {}
     for k, ts in s.tasks.items():
         spec = ts.run_spec
@@ -83,8 +76,8 @@ def snapshot(s: Scheduler, client_names: dict, worker_names: dict | None = None)
             "waiting_on": _keys(ts.waiting_on),
             "waiters": _keys(ts.waiters),
             "who_wants": frozenset(client_names.get(cs.client_key, cs.client_key) for cs in ts.who_wants or ()),
-            "who_has": frozenset(worker_names.get(ws.address) for ws in ts.who_has or ()),
-            "processing_on": worker_names.get(ts.processing_on.address) if ts.processing_on else None,
+            "who_has": len(ts.who_has or ()),
+            "processing_on": "worker" if ts.processing_on else None,
             "retries": ts.retries,
             "annotations": ann,
             "worker_restrictions": ts.worker_restrictions,
@@ -120,7 +113,8 @@ def snapshot(s: Scheduler, client_names: dict, worker_names: dict | None = None)
         "prefixes": prefixes,
         "queued": frozenset(ts.key for ts in s.queued),
         "unrunnable": frozenset(ts.key for ts in s.unrunnable),
-        "processing": {worker_names[ws.address]: frozenset(ts.key for ts in ws.processing) for ws in s.workers.values()},
+        "processing": sorted(len(ws.processing) for ws in s.workers.values()),
+        "processing_tasks": frozenset(ts.key for ws in s.workers.values() for ts in ws.processing),
         "clients": {
             client_names.get(c, c): frozenset(ts.key for ts in cs.wants_what) for c, cs in s.clients.items()
         },
@@ -162,7 +156,6 @@ class Pair:
         self.stock = await st.enter_async_context(Scheduler(dashboard_address=":0", host="127.0.0.1", validate=self.validate))
         self.slim = await st.enter_async_context(SlimScheduler(dashboard_address=":0", host="127.0.0.1", validate=self.validate))
         self.workers = {}
-        self.worker_names = {}
         for s, tag in ((self.stock, "stock"), (self.slim, "slim")):
             ws = []
             for i in range(self.n_workers):
@@ -170,7 +163,6 @@ class Pair:
                     Worker(s.address, nthreads=self.nthreads, name=f"w{i}", resources=self.resources, host="127.0.0.1")
                 )
                 ws.append(w)
-                self.worker_names[w.address] = f"w{i}"
             self.workers[tag] = ws
         for s in (self.stock, self.slim):  # every worker registered and idle
             while len(s.running) < self.n_workers or len(s.idle_task_count) < self.n_workers:
@@ -224,7 +216,7 @@ class Pair:
                     self.futures.extend(Future(k, self.c_stock) for k in p["keys"])
                 else:
                     self.futures.extend(Future(k, self.c_slim) for k in p["keys"])
-            snaps[tag] = snapshot(s, self.client_names, self.worker_names)
+            snaps[tag] = snapshot(s, self.client_names)
         return snaps["stock"], snaps["slim"]
 
     def futures_of(self, tag: str) -> list:
