@@ -24,8 +24,13 @@ ORDERINGS = ("fast", "dask")
 
 
 def get(name: str):
-    """Read ``slimgraph.<name>`` and validate the closed-choice settings."""
-    value = dask.config.get(f"slimgraph.{name}")
+    """Read ``slimgraph.<name>`` and validate the closed-choice settings.
+
+    Falls back to the packaged default when the key is missing: tools such
+    as distributed's test fixtures replace ``dask.config.config`` with a copy
+    taken before slimgraph registered its defaults.
+    """
+    value = dask.config.get(f"slimgraph.{name}", default=defaults["slimgraph"][name])
     if name == "gc" and value not in GC_POLICIES:
         raise ValueError(f"slimgraph.gc must be one of {GC_POLICIES}, got {value!r}")
     if name == "ordering" and value not in ORDERINGS:

@@ -336,7 +336,9 @@ def remote_set_lazy(flag: bool, dask_scheduler=None) -> bool:
     dask.config.set({"slimgraph.lazy-containers": bool(flag)})
     if dask_scheduler is not None and hasattr(dask_scheduler, "slim_lazy"):
         dask_scheduler.slim_lazy = bool(flag)
-    return dask.config.get("slimgraph.lazy-containers")
+    from slimgraph import config as _sgconfig
+
+    return _sgconfig.get("lazy-containers")
 
 
 #: RPC handlers :func:`remote_setup` registers, so that what the app polls

@@ -307,7 +307,7 @@ def make_slim(scheduler: Scheduler) -> SlimScheduler:
             f"this one holds {len(scheduler.tasks)}"
         )
     scheduler.__class__ = SlimScheduler
-    scheduler.slim_lazy = bool(dask.config.get("slimgraph.lazy-containers"))
+    scheduler.slim_lazy = bool(config.get("lazy-containers"))
     scheduler._slim_queue()
     return scheduler  # type: ignore[return-value]
 

@@ -200,7 +200,7 @@ class History:
 
             from slimgraph import config  # noqa: F401  (registers defaults)
 
-            maxlen = dask.config.get("slimgraph.history-length")
+            maxlen = config.get("history-length")
         self._records: deque[SubmissionRecord] = deque(maxlen=maxlen)
         self._lock = threading.Lock()
 

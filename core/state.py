@@ -66,7 +66,7 @@ class SlimSchedulerState(SchedulerState):
     slim_lazy: bool
 
     def __init__(self, *args: Any, **kwargs: Any):
-        self.slim_lazy = bool(dask.config.get("slimgraph.lazy-containers"))
+        self.slim_lazy = bool(config.get("lazy-containers"))
         super().__init__(*args, **kwargs)
         self._slim_queue()
 
@@ -149,8 +149,3 @@ class SlimSchedulerState(SchedulerState):
             k.key if isinstance(k, SlimTaskState) else k for k in keys_or_tasks_or_stimuli
         }
         return scheduler_story(keys, self.transition_log)
-
-
-def lazy_enabled() -> bool:
-    config.get("gc")  # validates the namespace exists
-    return bool(dask.config.get("slimgraph.lazy-containers"))
