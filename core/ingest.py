@@ -172,9 +172,11 @@ def compute_order(index: GraphIndex) -> list | dict:
     from slimgraph import config
 
     if config.get("ordering") == "fast":
-        from slimgraph.order import order_indexed
+        # order() (not order_indexed on our indices): it also reproduces
+        # dask's treatment of data nodes, outside keys and set-order ties.
+        from slimgraph.order import order
 
-        return order_indexed(index.keys, index.deps)
+        return order(index.dsk)
     import dask.order
 
     return dask.order.order(dsk=index.dsk)
