@@ -466,9 +466,16 @@ class _Walker:
                 if type(v) is dict or not isinstance(v, (set, frozenset, tuple, list)):
                     self._deep_children(v, cnode)
         del v
-        # priority
-        handled.add(id(getattr(ts, "priority", None)))
-        self.deep_list([getattr(ts, "priority", None)], nodes["priority"])
+        # priority: what the task holds. A slim task keeps a shared
+        # (user, generation) head and its ordering int, and builds the tuple
+        # on access: walking the built tuple would count bytes nobody keeps.
+        if hasattr(ts, "_prio_order"):
+            held = [ts._prio_head, ts._prio_order]
+        else:
+            held = [getattr(ts, "priority", None)]
+        for h in held:
+            handled.add(id(h))
+        self.deep_list(held, nodes["priority"])
         # run_spec
         if getattr(ts, "run_spec", None) is not None:
             handled.add(id(getattr(ts, "run_spec", None)))
