@@ -141,11 +141,15 @@ def test_notebook_has_parameters_cell(name: str):
         assert not code or "=" in code, f"{name}: not an assignment in the parameters cell: {line!r}"
 
 
-def test_walkthrough_states_the_1m_command_and_no_made_up_figures():
+def test_walkthrough_states_the_1m_command_and_its_last_figures():
+    """The 1M figures in the walkthrough are the README's (one benchmark run)."""
     nb = read("walkthrough.ipynb")
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "python -m slimgraph bench --workload array --tasks 1000000" in text
-    assert "Figures of the last 1M run: see README 'Measured'" in text
+    assert "Figures of the last 1M run" in text
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for figure in ("108.6 s", "47.9 s", "3,036 B", "1,978 B", "398 B"):
+        assert figure in text and figure in readme, figure
 
 
 # -- executed -----------------------------------------------------------------------
