@@ -623,25 +623,7 @@ class _Orderer:
                     s += cnt[c]
                 cnt[x] = s
                 continue
-            sets = []
-            seen = set()
-            for c in d:
-                s = roots_of(c)
-                if id(s) not in seen:
-                    seen.add(id(s))
-                    sets.append(s)
-            if len(sets) == 1:
-                rs = sets[0]
-            else:
-                sets.sort(key=len, reverse=True)
-                big = sets[0]
-                rest = sets[1:]
-                if all(s <= big for s in rest):
-                    rs = big
-                else:
-                    rs = set(big)
-                    for s in rest:
-                        rs |= s
+            rs = _union_of_distinct([roots_of(c) for c in d])
             rset[x] = rs
             cnt[x] = len(rs)
         self.topo = topo
@@ -800,26 +782,11 @@ class _Orderer:
             hard = lev[~pv & (lens[lev] > 1)]
             if hard.size:
                 for x in hard.tolist():
-                    sets = []
-                    seen = set()
+                    found = []
                     for c in pdeps[x]:
                         s = rget(c)
-                        if s is None:
-                            s = roots_of(c)
-                        if id(s) not in seen:
-                            seen.add(id(s))
-                            sets.append(s)
-                    if len(sets) == 1:
-                        rs = sets[0]
-                    else:
-                        sets.sort(key=len, reverse=True)
-                        big = sets[0]
-                        if all(s <= big for s in sets[1:]):
-                            rs = big
-                        else:
-                            rs = set(big)
-                            for s in sets[1:]:
-                                rs |= s
+                        found.append(roots_of(c) if s is None else s)
+                    rs = _union_of_distinct(found)
                     rset[x] = rs
                     cnt[x] = len(rs)
         del rset
@@ -1482,3 +1449,29 @@ class _Orderer:
             elif first != s:
                 return False
         return True
+
+
+def _union_of_distinct(sets: list) -> set:
+    """Union of the root sets of a task's dependencies, sharing when it can.
+
+    Several dependencies often share one set object (a chain hands its set
+    on), and often one set contains all the others: then that set itself is
+    the union and no new set is built.
+    """
+    distinct = []
+    seen = set()
+    for s in sets:
+        if id(s) not in seen:
+            seen.add(id(s))
+            distinct.append(s)
+    if len(distinct) == 1:
+        return distinct[0]
+    distinct.sort(key=len, reverse=True)
+    big = distinct[0]
+    rest = distinct[1:]
+    if all(s <= big for s in rest):
+        return big
+    out = set(big)
+    for s in rest:
+        out |= s
+    return out

@@ -41,6 +41,16 @@ async def _bad(p: Pair, make) -> tuple[dict, dict, dict, dict]:
     return before, {"stock": a, "slim": b}, {t: p.reports[t][n[t]:] for t in p.reports}, n
 
 
+async def _refused_by_both(p: Pair, payload: dict) -> None:
+    """Both schedulers report task-erred and end exactly as they were."""
+    for tag, s, c in (("stock", p.stock, p.c_stock), ("slim", p.slim, p.c_slim)):
+        before = snapshot(s, p.client_names)
+        n = len(p.reports[tag])
+        await s.update_graph(client=c.id, **payload)
+        _unchanged(before, snapshot(s, p.client_names))
+        assert [m["op"] for m in p.reports[tag][n:]] == ["task-erred"]
+
+
 def _unchanged(before: dict, after: dict) -> None:
     # the transition log and counter may not move either: nothing happened
     d = diff(before, after)
@@ -118,12 +128,7 @@ def test_undeserializable_graph():
             msgs, _ = p.capture(lambda c: c.get({"z": (inc, 1)}, ["z"], sync=False))
             payload = p.payload(msgs[0])
             payload["expr_ser"] = Serialized({"serializer": "pickle"}, [b"not a pickle"])
-            for tag, s, c in (("stock", p.stock, p.c_stock), ("slim", p.slim, p.c_slim)):
-                before = snapshot(s, p.client_names)
-                n = len(p.reports[tag])
-                await s.update_graph(client=c.id, **payload)
-                _unchanged(before, snapshot(s, p.client_names))
-                assert [m["op"] for m in p.reports[tag][n:]] == ["task-erred"]
+            await _refused_by_both(p, payload)
             rec = p.slim.extensions["slimgraph"].history.latest()
             assert rec.status == "error" and "deserialization" in rec.error
 
@@ -161,12 +166,7 @@ def test_graph_that_fails_to_materialize():
                 msgs, _ = p.capture(lambda c: c.get(Exploding({"q": (inc, 1)}), ["q"], sync=False))
                 payload = p.payload(msgs[0])
                 Exploding.armed = True
-                for tag, s, c in (("stock", p.stock, p.c_stock), ("slim", p.slim, p.c_slim)):
-                    before = snapshot(s, p.client_names)
-                    n = len(p.reports[tag])
-                    await s.update_graph(client=c.id, **payload)
-                    _unchanged(before, snapshot(s, p.client_names))
-                    assert [m["op"] for m in p.reports[tag][n:]] == ["task-erred"]
+                await _refused_by_both(p, payload)
             finally:
                 Exploding.armed = False
             rec = p.slim.extensions["slimgraph"].history.latest()
