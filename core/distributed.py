@@ -79,16 +79,6 @@ class _GCPolicy:
                     # The new task states are long-lived: keep them out of
                     # every future collection's traversal.
                     gc.freeze()
-                else:
-                    # Everything allocated while paused sits in the youngest
-                    # generation: the first collection after re-enabling
-                    # would traverse all of it on the event loop (about a
-                    # second per million tasks). freeze() + unfreeze() moves
-                    # them to the oldest generation without a traversal
-                    # (two list splices); full collections see them later,
-                    # as they see any old object.
-                    gc.freeze()
-                    gc.unfreeze()
                 if self._was_enabled:
                     gc.enable()
 
