@@ -95,6 +95,9 @@ def both(clusters, fn):
                 res = fn(client)
         except Exception as e:
             raise AssertionError(f"on the {tag} cluster: {e!r}") from e
+        # futures and actor handles held in reference cycles are released
+        # when the collector finds them: make that happen now on both sides
+        gc.collect()
         out[tag] = (res, final_states(cluster, settle=0.3))
     return out
 
