@@ -315,7 +315,15 @@ def test_nothing_leaks_after_release(clusters):
         time.sleep(0.05)
     assert not final_states(cluster)
     gc.collect()
-    alive = [o for o in gc.get_objects() if type(o) is SlimTaskState and id(o) not in before]
+    # distributed's work stealing keeps tasks of a prefix with no measured
+    # duration in ``unknown_durations`` until a task of that prefix finishes
+    # (stock keeps them the same way); anything else holding one is a leak
+    steal = s.extensions.get("stealing")
+    kept = {id(t) for tss in (steal.unknown_durations.values() if steal else ()) for t in tss}
+    alive = [
+        o for o in gc.get_objects()
+        if type(o) is SlimTaskState and id(o) not in before and id(o) not in kept
+    ]
     assert not alive, alive[:5]
     assert not s.queued and not s.unrunnable
     rss1 = client.run_on_scheduler(lambda: __import__("psutil").Process().memory_info().rss)
