@@ -102,8 +102,3 @@ def freeze(items: list | tuple | set) -> Edges:
     if n == 1 or type(items) is set:
         return Edges(items)
     return Edges(set(items))
-
-
-def is_shared_or_frozen(container: Any, owner_edges: Any) -> bool:
-    """True when a waiting_on/waiters value must be copied before mutation."""
-    return type(container) is Edges or container is owner_edges

@@ -7,10 +7,9 @@ profile command, the dashboard, the notebooks) reads these records, so they
 are plain data: dataclasses that turn into dicts and DataFrame rows.
 
 A :class:`PhaseClock` measures one phase: wall and CPU seconds, bytes
-allocated (``sys.getallocatedblocks`` is too coarse, so we count the change
-in pymalloc-visible memory via ``tracemalloc`` only when it is already
-tracing, and otherwise report ``None``), and time spent in the cyclic garbage
-collector, which stock loses a third of its time to.
+allocated (from ``tracemalloc`` when it is already tracing, else ``None``),
+and time spent in the cyclic garbage collector, which stock loses a third of
+its time to.
 """
 from __future__ import annotations
 
@@ -187,8 +186,14 @@ class SubmissionRecord:
         }
         for p in self.phases:
             row = dict(head)
-            row.update({f"phase_{k}" if k == "name" else k: v for k, v in asdict(p).items()})
+            # the phase's own name/tasks/edges must not overwrite the
+            # submission's: they get a ``phase_`` prefix
+            row.update({f"phase_{k}" if k in _ROW_CLASHES else k: v for k, v in asdict(p).items()})
             yield row
+
+
+#: PhaseRecord fields that share a name with SubmissionRecord fields.
+_ROW_CLASHES = ("name", "tasks", "edges")
 
 
 class History:

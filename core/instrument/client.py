@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from slimgraph.instrument.memory import MemoryTree
-from slimgraph.phases import PhaseRecord, SubmissionRecord
+from slimgraph.phases import _ROW_CLASHES, PhaseRecord, SubmissionRecord
 
 
 def _remote_ensure(dask_scheduler=None, install_hooks=False, record_phases="auto"):
@@ -89,8 +89,8 @@ def records_frame(records: list[SubmissionRecord]):
         import dataclasses
 
         cols = [f.name for f in dataclasses.fields(SubmissionRecord) if f.name != "phases"]
-        cols += ["phase_name"] + [f.name for f in dataclasses.fields(PhaseRecord)
-                                  if f.name != "name"]
+        cols += [f"phase_{f.name}" if f.name in _ROW_CLASHES else f.name
+                 for f in dataclasses.fields(PhaseRecord)]
     return pd.DataFrame(rows, columns=cols)
 
 
