@@ -173,3 +173,4 @@ def test_graph_that_fails_to_materialize():
             assert rec.status == "error" and ("boom" in rec.error or "Exploding" in rec.error)
 
     asyncio.run(body())
+

@@ -142,6 +142,31 @@ def test_plain_dict_graphs_with_mixed_keys():
     run(body())
 
 
+def test_alias_lists_over_shared_data_root():
+    """Alias lists over a shared data root: the shape on which a bare
+    ``dask.order`` call fails (see test_order's orphaned-data-root test).
+    Through a Client the graph reaches the scheduler in a form that orders
+    fine; both schedulers must then agree on every task."""
+    dsk = {
+        "x4": (add, 1, 1),
+        ("y", 9): [],
+        ("y", 31): (add, 1, 1),
+        ("y", 40): 7,
+        ("y", 42): (add, 1, 1),
+        ("y", 49): [("y", 40), "x4", ("y", 42)],
+        ("y", 55): [("y", 40), ("y", 31), ("y", 9)],
+        "x56": 3,
+        "x68": [("y", 55), ("y", 42)],
+        ("y", 69): [("y", 49), "x56"],
+    }
+
+    async def body():
+        async with Pair(n_workers=0) as p:
+            a, _ = await check(p, lambda c: c.get(dsk, [("y", 69), "x68"], sync=False))
+            assert ("y", 40) in a["tasks"]
+
+    run(body())
+
 def test_alias_and_datanode():
     dsk = {
         "d": DataNode("d", 41),
