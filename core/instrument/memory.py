@@ -675,8 +675,19 @@ def _walk(scheduler: Any, sample: int | None, budget_s: float, seed: int = 0
     yield None
     slice_t0 = time.perf_counter()
     if sample is not None and sample < len(vals):
-        vals = random.Random(seed).sample(vals, sample)
+        snapshot = vals
+        vals = random.Random(seed).sample(snapshot, sample)
         scale = n / len(vals)
+        # release the snapshot in chunks: dropping a million references at
+        # once touches every task state, scattered in memory (~60-80 ms)
+        while snapshot:
+            del snapshot[-32768:]
+            if cut():
+                stats["max"] = max(stats["max"], time.perf_counter() - slice_t0)
+                stats["slices"] += 1
+                yield None
+                slice_t0 = time.perf_counter()
+        del snapshot
     else:
         scale = 1.0
         sample = None
