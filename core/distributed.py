@@ -36,7 +36,7 @@ from distributed.scheduler import _materialize_graph
 from distributed.utils import offload
 from distributed.core import error_message
 
-from slimgraph import config
+from slimgraph import config, gcpause
 from slimgraph.ingest import (
     GraphIndex,
     Ingestion,
@@ -56,17 +56,14 @@ class _GCPolicy:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._depth = 0
-        self._was_enabled = False
 
     def enter(self) -> str:
         policy = config.get("gc")
         if policy == "stock":
             return policy
         with self._lock:
-            if self._depth == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
             self._depth += 1
+        gcpause.hold()
         return policy
 
     def exit(self, policy: str) -> None:
@@ -74,13 +71,12 @@ class _GCPolicy:
             return
         with self._lock:
             self._depth -= 1
-            if self._depth == 0:
-                if policy == "freeze":
-                    # The new task states are long-lived: keep them out of
-                    # every future collection's traversal.
-                    gc.freeze()
-                if self._was_enabled:
-                    gc.enable()
+            last = self._depth == 0
+        if last and policy == "freeze":
+            # The new task states are long-lived: keep them out of every
+            # future collection's traversal.
+            gc.freeze()
+        gcpause.release()
 
 
 gc_policy = _GCPolicy()

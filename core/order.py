@@ -82,13 +82,13 @@ on the cycle in cycle order) where dask raises ``RuntimeError``. The
 """
 from __future__ import annotations
 
-import gc
 from collections import deque
 from heapq import heappop, heappush
 from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
+from slimgraph import gcpause
 from slimgraph.errors import CycleError
 
 __all__ = ["order", "order_indexed"]
@@ -122,8 +122,7 @@ def order(dsk: Mapping, dependencies: Mapping | None = None) -> dict:
     """
     if not dsk:
         return {}
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # see order_indexed
+    gcpause.hold()  # see order_indexed
     try:
         keys, deps, dep_sets, data, n_ext, index = _index_graph(dsk)
         if _str_ties_possible(keys, len(keys) - n_ext):
@@ -143,8 +142,7 @@ def order(dsk: Mapping, dependencies: Mapping | None = None) -> dict:
             del keys[len(keys) - n_ext :]
         return dict(zip(keys, prio))
     finally:
-        if gc_was_enabled:
-            gc.enable()
+        gcpause.release()
 
 
 def _index_graph(dsk: Mapping) -> tuple:
@@ -291,13 +289,8 @@ def order_indexed(
         return _delegate_to_dask(keys, deps, data, external, dep_sets)
     # Everything allocated here is acyclic; the cyclic collector would only
     # rescan our millions of small lists and tuples over and over.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gcpause.paused():
         return _Orderer(keys, deps, data, external, dep_sets, _index).run()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 # ---------------------------------------------------------------------------

@@ -63,6 +63,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from slimgraph import gcpause
+
 #: Container-like TaskState attributes, each gets its own node.
 CONTAINER_ATTRS = (
     "dependencies",
@@ -277,6 +279,38 @@ class MemoryTree:
                    d.get("shared_objects", 0), d.get("max_slice_cpu_s"))
 
 
+#: Yielded by :func:`_walk` instead of ``None`` while it holds a snapshot
+#: of every task state: the caller keeps the cyclic GC off until the next
+#: step. A young collection traverses every container it holds, and a
+#: fresh million-entry list sits in the young generation: each collection
+#: would cost ~25 ms of loop time (collections are only deferred, by
+#: a few slices).
+HOLD_GC = object()
+
+
+class _Chunks:
+    """The referents of one big container, handed out a chunk at a time.
+
+    Iterates the live container: if it changes size meanwhile (a set or
+    dict on a running scheduler), the rest is skipped, so the walk of that
+    container is approximate, never an error.
+    """
+
+    __slots__ = ("_it",)
+
+    def __init__(self, o: Any):
+        self._it = iter(o) if type(o) is not dict else itertools.chain.from_iterable(o.items())
+
+    def next_chunk(self) -> list:
+        try:
+            return list(itertools.islice(self._it, 1024))
+        except RuntimeError:  # changed size during iteration
+            return []
+
+
+_CHUNKABLE = (list, tuple, set, frozenset, dict)
+
+
 class _SeenTable:
     """id -> object table, sharded so no single dict resize stalls a slice
     (one dict of millions of entries takes 100+ ms to grow)."""
@@ -408,6 +442,12 @@ class _Walker:
             if not (i & 1023) and cut():
                 yield None
             o = pop()
+            if type(o) is _Chunks:
+                chunk = o.next_chunk()
+                if chunk:
+                    stack.append(o)
+                    push(chunk)
+                continue
             if id(o) in _SINGLETON_IDS or self._excluded(o) or self._is_live_key(o):
                 continue
             if not self._take(o):
@@ -415,6 +455,11 @@ class _Walker:
             node.bytes += _getsizeof(o)
             node.count += 1
             if self._only_excluded(o):
+                continue
+            if type(o) in _CHUNKABLE and len(o) > BIG_CONTAINER:
+                # listing a million referents at once blocks for ~10-15 ms
+                # (stock's queue heap): hand them out 1024 at a time
+                stack.append(_Chunks(o))
                 continue
             push(_get_referents(o))
 
@@ -672,7 +717,7 @@ def _walk(scheduler: Any, sample: int | None, budget_s: float, seed: int = 0
     # keys, scattered in memory, would cost ~90 ms more: each task state
     # holds its own key). Sampling happens in the next slice.
     vals = list(tasks.values())
-    yield None
+    yield HOLD_GC
     slice_t0 = time.perf_counter()
     if sample is not None and sample < len(vals):
         snapshot = vals
@@ -682,10 +727,10 @@ def _walk(scheduler: Any, sample: int | None, budget_s: float, seed: int = 0
         # once touches every task state, scattered in memory (~60-80 ms)
         while snapshot:
             del snapshot[-32768:]
-            if cut():
+            if snapshot and cut():
                 stats["max"] = max(stats["max"], time.perf_counter() - slice_t0)
                 stats["slices"] += 1
-                yield None
+                yield HOLD_GC
                 slice_t0 = time.perf_counter()
         del snapshot
     else:
@@ -864,33 +909,39 @@ async def memory_tree_async(scheduler: Any, sample: int | None | str = "auto", *
     gen = _walk(scheduler, sample, budget_s=budget_s, seed=seed)
     max_wall = max_cpu = 0.0
     n = 0
-    while True:
-        # the walk makes only short-lived, acyclic garbage: keep the cyclic
-        # GC from running a (possibly full, 1 s at 1M tasks) collection
-        # inside one of our slices; it runs later, between callbacks
-        enabled = gc.isenabled()
-        gc.disable()
-        c0 = time.thread_time()
-        w0 = time.perf_counter()
-        try:
+    held = False
+    try:
+        while True:
+            # the walk makes only short-lived, acyclic garbage: keep the
+            # cyclic GC from running a (possibly full, 1 s at 1M tasks)
+            # collection inside one of our slices; it runs later, between
+            # callbacks (or once the snapshot is gone: HOLD_GC)
+            if not held:
+                gcpause.hold()
+                held = True
+            c0 = time.thread_time()
+            w0 = time.perf_counter()
             out = next(gen)
-        finally:
             dw = time.perf_counter() - w0
             dc = time.thread_time() - c0
-            if enabled:
-                gc.enable()
-        n += 1
-        max_wall = max(max_wall, dw)
-        max_cpu = max(max_cpu, dc)
-        if out is not None:
-            # measured around each step from the caller's side: what the
-            # event loop actually waited (wall) and what we computed (CPU;
-            # wall - CPU is time the OS gave to other processes)
-            out.max_slice_s = max_wall
-            out.max_slice_cpu_s = max_cpu
-            out.slices = n
-            return out
-        # a timer, not sleep(0): sleep(0) queues our next slice ahead of
-        # timers and I/O callbacks that became due meanwhile, so they would
-        # wait two slices; after a 1 ms timer they run first
-        await asyncio.sleep(0.001)
+            if out is not HOLD_GC:
+                gcpause.release()
+                held = False
+            n += 1
+            max_wall = max(max_wall, dw)
+            max_cpu = max(max_cpu, dc)
+            if out is not None and out is not HOLD_GC:
+                # measured around each step from the caller's side: what the
+                # event loop actually waited (wall) and what we computed
+                # (CPU; wall - CPU is time the OS gave to other processes)
+                out.max_slice_s = max_wall
+                out.max_slice_cpu_s = max_cpu
+                out.slices = n
+                return out
+            # a timer, not sleep(0): sleep(0) queues our next slice ahead of
+            # timers and I/O callbacks that became due meanwhile, so they
+            # would wait two slices; after a 1 ms timer they run first
+            await asyncio.sleep(0.001)
+    finally:
+        if held:
+            gcpause.release()

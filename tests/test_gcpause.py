@@ -1,0 +1,83 @@
+"""The counted GC pause: overlapping holds never leave the collector off."""
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+
+import pytest
+
+from slimgraph import gcpause
+
+
+@pytest.fixture(autouse=True)
+def _collector_on():
+    assert gcpause.holds() == 0
+    gc.enable()
+    yield
+    assert gcpause.holds() == 0
+    gc.enable()
+
+
+def test_interleaved_holds_restore_the_collector():
+    gcpause.hold()  # A
+    gcpause.hold()  # B starts while A holds
+    assert not gc.isenabled()
+    gcpause.release()  # A ends first
+    assert not gc.isenabled(), "B still holds"
+    gcpause.release()
+    assert gc.isenabled()
+
+
+def test_a_collector_that_was_off_stays_off():
+    gc.disable()
+    with gcpause.paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def test_unbalanced_release_is_an_error():
+    with pytest.raises(RuntimeError, match="without hold"):
+        gcpause.release()
+
+
+def test_holds_from_two_threads():
+    barrier = threading.Barrier(2)
+
+    def worker():
+        with gcpause.paused():
+            barrier.wait()
+            barrier.wait()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    barrier.wait()  # the thread holds
+    with gcpause.paused():
+        pass
+    assert not gc.isenabled(), "the thread still holds"
+    barrier.wait()
+    t.join()
+    assert gc.isenabled()
+
+
+def test_measuring_a_live_scheduler_leaves_the_collector_on():
+    """census_async and memory_tree_async hold the collector across awaits;
+    when they overlap each other, both end with it back on."""
+    from distributed import Scheduler
+
+    from slimgraph.instrument.lazysets import census_async
+    from slimgraph.instrument.memory import memory_tree_async
+
+    async def body():
+        async with Scheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            for i in range(3000):
+                s.new_task(("x", i), None, "released")
+            tree, cen = await asyncio.gather(
+                memory_tree_async(s, sample=500, budget_s=0.0001),
+                census_async(s, budget_s=0.0001),
+            )
+            assert cen.ntasks == 3000
+            assert tree.ntasks == 3000
+
+    asyncio.run(body())
+    assert gc.isenabled()
