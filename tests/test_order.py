@@ -120,6 +120,21 @@ def test_collection_graphs(name, stats_path):
     assert sorted(got.values()) == list(range(len(dsk)))
 
 
+
+@pytest.mark.parametrize("name", sorted(COLLECTIONS))
+def test_ingestion_reuses_its_index_for_ordering(name):
+    """The engine orders on the index its cull phase built (no second
+    numbering); the priorities must still be dask's, value for value."""
+    from slimgraph.ingest import compute_order, index_graph
+
+    maker, key = COLLECTIONS[name]
+    coll = maker()[key]
+    dsk = graph_of(coll)
+    index = index_graph(dsk, list(dsk), cull=False)
+    got = compute_order(index)
+    assert isinstance(got, list), "a collection's graph takes the indexed path"
+    assert dict(zip(index.keys, got)) == dask_order(dsk)
+
 # ---------------------------------------------------------------------------
 # hand-built shapes
 # ---------------------------------------------------------------------------

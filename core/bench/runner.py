@@ -212,7 +212,17 @@ def main(argv: list[str] | None = None) -> None:
                     help="also measure retained bytes with tracemalloc (default: on up to 200k tasks)")
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
     ap.add_argument("--only", choices=("stock", "slim"), help="run one kind only")
+    ap.add_argument("--mode", choices=("engine", "client"), default="engine",
+                    help="engine: one replayed submission per fresh in-process scheduler "
+                         "(default); client: end to end through a real Client to scheduler "
+                         "and worker processes, including the computation")
+    ap.add_argument("--workers", type=int, default=2, help="worker processes (client mode)")
     a = ap.parse_args(argv)
+    if a.mode == "client":
+        from slimgraph.bench.e2e import bench_client, format_client_table
+
+        print(format_client_table(bench_client(a.workload, a.tasks, a.workers, a.json_path)))
+        return
     kinds = (a.only,) if a.only else ("stock", "slim")
     result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds)
     print(format_table(result))
