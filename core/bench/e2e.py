@@ -101,7 +101,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
     from distributed import Client, wait
 
     from slimgraph.bench.workloads import WORKLOADS
-    from slimgraph.instrument.client import get_records, install
+    from slimgraph.instrument.client import get_submissions, install
 
     say = progress or (lambda msg: None)
     tmp = tempfile.mkdtemp(prefix=f"slimgraph-e2e-{kind}-")
@@ -131,7 +131,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                 rec = None
                 while rec is None:
                     time.sleep(0.2)
-                    recs = [r for r in get_records(client, as_records=True)
+                    recs = [r for r in get_submissions(client)
                             if r.status != "running"]
                     rec = recs[-1] if recs else None
                 say(f"{kind}: ingested in {rec.start + rec.total_s - t0:.1f} s, computing")
