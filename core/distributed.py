@@ -72,11 +72,11 @@ class _GCPolicy:
         with self._lock:
             self._depth -= 1
             last = self._depth == 0
+        gcpause.release()
         if last and policy == "freeze":
             # The new task states are long-lived: keep them out of every
-            # future collection's traversal.
-            gc.freeze()
-        gcpause.release()
+            # future collection's traversal until the scheduler is idle.
+            gcpause.freeze_until_idle()
 
 
 gc_policy = _GCPolicy()

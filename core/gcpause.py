@@ -61,3 +61,39 @@ def paused() -> Iterator[None]:
         yield
     finally:
         release()
+
+
+# -- ``slimgraph.gc: freeze`` -------------------------------------------------
+#
+# After a big ingestion every new object is still in the youngest generation
+# (the collector was paused), and the next collection traverses all of them
+# on the event loop: seconds at a million tasks. ``gc.freeze()`` moves every
+# tracked object to the permanent generation instead, which no collection
+# traverses. The price: reference cycles that are garbage at that moment are
+# kept too. So the freeze lasts only while slim schedulers hold tasks: when
+# one has forgotten its last task, :func:`on_idle` unfreezes (an O(1) move
+# of the frozen objects into the oldest generation, which the next full
+# collection then cleans).
+
+_frozen = False
+
+
+def freeze_until_idle() -> None:
+    """Freeze every tracked object until a slim scheduler goes idle."""
+    global _frozen
+    with _lock:
+        gc.freeze()
+        _frozen = True
+
+
+def on_idle() -> None:
+    """A slim scheduler holds no tasks any more: end a freeze, if any."""
+    global _frozen
+    with _lock:
+        if _frozen and _depth == 0:
+            gc.unfreeze()
+            _frozen = False
+
+
+def frozen() -> bool:
+    return _frozen

@@ -21,7 +21,7 @@ from typing import Any
 import dask.config
 from distributed.scheduler import SchedulerState, TaskGroup, TaskPrefix, scheduler_story
 
-from slimgraph import config
+from slimgraph import config, gcpause
 from slimgraph.containers import NO_EDGES
 from slimgraph.queue import TaskQueue
 from slimgraph.taskstate import SlimTaskState
@@ -109,7 +109,10 @@ class SlimSchedulerState(SchedulerState):
     def _transition(self, key: Any, finish: str, stimulus_id: str, **kwargs: Any):
         ts = self.tasks.get(key)
         if ts is None or (ts._state, finish) in _CONTAINER_FREE:
-            return super()._transition(key, finish, stimulus_id, **kwargs)
+            out = super()._transition(key, finish, stimulus_id, **kwargs)
+            if finish == "forgotten" and not self.tasks:
+                gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
+            return out
         forgetting = finish == "forgotten"
         # Containers distributed's transition code may mutate: its own, its
         # dependencies' waiters and its dependents' waiting_on (and, when
@@ -132,6 +135,8 @@ class SlimSchedulerState(SchedulerState):
             if type(dependents) is not set:
                 ts.dependents = set(dependents)
         out = super()._transition(key, finish, stimulus_id, **kwargs)
+        if forgetting and not self.tasks:
+            gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
         if self.slim_lazy:
             _settle(ts)
             for dts in deps:

@@ -297,6 +297,27 @@ def test_restart(clusters):
         assert client.submit(inc, 2).result() == 3
 
 
+def _holders(alive: list) -> str:
+    """What keeps the first leaked task state alive, for the failure message:
+    its reference count and its referrers other than ``alive`` itself (a
+    holder that the GC cannot see, such as a running frame in another
+    thread, shows as references without referrers)."""
+    import sys
+
+    ts = alive[0]
+    refs = [r for r in gc.get_referrers(ts) if r is not alive]
+    desc = []
+    for r in refs[:8]:
+        if isinstance(r, (list, tuple, set, dict)):
+            outer = [type(o).__name__ for o in gc.get_referrers(r) if o is not refs][:5]
+            desc.append(f"{type(r).__name__}(len={len(r)}) held by {outer}")
+        else:
+            desc.append(type(r).__name__)
+    # getrefcount: +1 for its argument, +1 for ``alive``, +1 for ``ts``
+    return (f"{len(alive)} alive, e.g. {ts!r} (state {ts.state}); refcount "
+            f"{sys.getrefcount(ts) - 3} besides this test; referrers: {desc}")
+
+
 def test_nothing_leaks_after_release(clusters):
     cluster, client = clusters["slim"]
     s = cluster.scheduler
@@ -330,7 +351,7 @@ def test_nothing_leaks_after_release(clusters):
         if not alive or time.time() > deadline:
             break
         time.sleep(0.5)
-    assert not alive, (alive[:5], [type(r).__name__ for r in gc.get_referrers(alive[0])][:8] if alive else None)
+    assert not alive, _holders(alive)
     assert not s.queued and not s.unrunnable
     rss1 = client.run_on_scheduler(lambda: __import__("psutil").Process().memory_info().rss)
     # Tolerance: 60 MiB for allocator caches and logs (the graphs held about

@@ -81,3 +81,32 @@ def test_measuring_a_live_scheduler_leaves_the_collector_on():
 
     asyncio.run(body())
     assert gc.isenabled()
+
+
+def test_freeze_policy_lasts_until_the_scheduler_is_idle():
+    """``slimgraph.gc: freeze`` keeps the ingested objects out of every
+    collection, and gives them back when the scheduler forgot its tasks."""
+    import dask
+    import dask.array as da
+    from distributed import Client
+
+    from slimgraph.distributed import SlimScheduler
+
+    async def body():
+        with dask.config.set({"slimgraph.gc": "freeze"}):
+            async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+                async with Client(s.address, asynchronous=True) as c:
+                    x = c.persist((da.ones((40, 40), chunks=5) + 1).sum(axis=0))
+                    while not s.tasks:
+                        await asyncio.sleep(0.01)
+                    assert gcpause.frozen() and gc.get_freeze_count() > 0
+                    del x
+                    while s.tasks:
+                        await asyncio.sleep(0.01)
+                    assert not gcpause.frozen()
+                    assert gc.get_freeze_count() == 0
+
+    try:
+        asyncio.run(body())
+    finally:
+        gc.unfreeze()
