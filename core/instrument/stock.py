@@ -377,27 +377,26 @@ class Hooks:
             if a is None:
                 return orig(*args, **kwargs)
             patched: list[tuple[Any, str, bool, Any]] = []
+
+            def time_method(obj: Any, name: str) -> None:
+                """Wrap ``obj.name`` on the instance; remember how to undo it."""
+                try:
+                    had = name in obj.__dict__
+                    old = obj.__dict__.get(name)
+                    setattr(obj, name, _timed(getattr(obj, name), "plugins"))
+                    patched.append((obj, name, had, old))
+                except (AttributeError, TypeError):
+                    pass
+
             try:
                 for p in list(s.plugins.values()):
                     if type(p).update_graph is SchedulerPlugin.update_graph and \
                             "update_graph" not in getattr(p, "__dict__", {}):
                         continue
-                    try:
-                        had = "update_graph" in p.__dict__
-                        old = p.__dict__.get("update_graph")
-                        p.update_graph = _timed(p.update_graph, "plugins")
-                        patched.append((p, "update_graph", had, old))
-                    except (AttributeError, TypeError):
-                        pass
+                    time_method(p, "update_graph")
                 spans = s.extensions.get("spans")
                 if spans is not None and hasattr(spans, "observe_tasks"):
-                    try:
-                        had = "observe_tasks" in spans.__dict__
-                        old = spans.__dict__.get("observe_tasks")
-                        spans.observe_tasks = _timed(spans.observe_tasks, "plugins")
-                        patched.append((spans, "observe_tasks", had, old))
-                    except (AttributeError, TypeError):
-                        pass
+                    time_method(spans, "observe_tasks")
                 return orig(*args, **kwargs)
             except BaseException as e:
                 _note_error(a, e)
