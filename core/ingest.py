@@ -51,7 +51,6 @@ from typing import Any
 
 import dask.config
 from distributed.scheduler import Computation, Transition
-from dask._task_spec import DataNode, GraphNode
 from dask.utils import parse_timedelta
 
 from slimgraph.containers import NO_EDGES, Edges, freeze
@@ -61,7 +60,6 @@ from slimgraph.phases import SubmissionRecord
 from slimgraph.taskstate import SlimTaskState, _prio_head, count_into_groups
 
 logger = logging.getLogger("slimgraph.ingest")
-_get_dependencies = operator.attrgetter("dependencies")
 
 
 @dataclass
@@ -174,31 +172,17 @@ def compute_order(index: GraphIndex) -> list | dict:
     from slimgraph import config
 
     if config.get("ordering") == "fast":
-        from slimgraph.order import _str_ties_possible, order, order_indexed
+        from slimgraph.order import order, order_numbered
 
         dsk = index.dsk
-        if not index.external and dsk and not _str_ties_possible(index.keys, len(index.keys)):
+        if not index.external and dsk:
             # The graph is numbered already (phase 1): hand that to the
-            # ordering instead of letting it number the graph again. Only
-            # for graphs of _task_spec nodes without outside keys; the rest
-            # (legacy values, outside keys, which dask turns into stand-in
-            # data nodes) goes through order(), which handles them.
-            values = list(dsk.values())
-            types = set(map(type, values))
-            if all(issubclass(t, GraphNode) for t in types):
-                data_types = {t for t in types if issubclass(t, DataNode)}
-                data = (
-                    [i for i, t in enumerate(map(type, values)) if t in data_types]
-                    if data_types else []
-                )
-                return order_indexed(
-                    index.keys,
-                    index.deps,
-                    data=data,
-                    dep_sets=list(map(_get_dependencies, values)),
-                    _index=index.pos,
-                    _ties_checked=True,
-                )
+            # ordering instead of letting it number the graph again. Graphs
+            # with outside keys (dask turns them into stand-in data nodes)
+            # or legacy values go through order(), which handles them.
+            prio = order_numbered(index.keys, index.deps, list(dsk.values()), index.pos)
+            if prio is not None:
+                return prio
         return order(dsk)
     import dask.order
 

@@ -91,7 +91,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 from slimgraph import gcpause
 from slimgraph.errors import CycleError
 
-__all__ = ["order", "order_indexed"]
+__all__ = ["order", "order_indexed", "order_numbered"]
 
 _NO_DEPS: frozenset = frozenset()
 _get_dependencies = attrgetter("dependencies")
@@ -145,6 +145,49 @@ def order(dsk: Mapping, dependencies: Mapping | None = None) -> dict:
         gcpause.release()
 
 
+def order_numbered(keys: list, deps: list, values: list, index: dict) -> list[int] | None:
+    """:func:`order` for a graph its caller has already numbered.
+
+    ``keys[i]``, ``values[i]`` (the graph's nodes, in graph order) and
+    ``deps[i]`` (indices of ``values[i].dependencies``, in that set's
+    iteration order) describe a graph with no keys outside it; ``index``
+    maps key -> i. Returns the priorities by index, or ``None`` where
+    :func:`order` has to see the graph itself (legacy values, or keys whose
+    ``str()`` may coincide).
+    """
+    kinds = _node_kinds(values)
+    if 0 in kinds.values() or _str_ties_possible(keys, len(keys)):
+        return None
+    return order_indexed(
+        keys,
+        deps,
+        data=_data_indices(values, kinds),
+        dep_sets=list(map(_get_dependencies, values)),
+        _index=index,
+        _ties_checked=True,
+    )
+
+
+def _node_kinds(values: Iterable) -> dict:
+    """type -> 2 for ``DataNode``s, 1 for other ``GraphNode``s, 0 for legacy
+    values (one check per type, not per node)."""
+    from dask._task_spec import DataNode, GraphNode
+
+    kinds = {}
+    for t in set(map(type, values)):
+        if issubclass(t, GraphNode):
+            kinds[t] = 2 if issubclass(t, DataNode) else 1
+        else:
+            kinds[t] = 0
+    return kinds
+
+
+def _data_indices(values: list, kinds: dict) -> list[int]:
+    if 2 not in kinds.values():
+        return []
+    return [i for i, t in enumerate(map(type, values)) if kinds[t] == 2]
+
+
 def _index_graph(dsk: Mapping) -> tuple:
     """The integer form of ``dsk``: keys, dependency index tuples (in the
     iteration order of each node's dependency set), the sets themselves,
@@ -153,27 +196,17 @@ def _index_graph(dsk: Mapping) -> tuple:
     External keys are numbered after the graph's keys in order of first
     appearance, which is where dask adds its stand-in data nodes.
     """
-    from dask._task_spec import DataNode, GraphNode
-
     keys = list(dsk)
     values = list(dsk.values())
     n = len(keys)
     index = dict(zip(keys, range(n)))
     getidx = index.__getitem__
-    kinds = {}
-    for t in set(map(type, values)):
-        if issubclass(t, GraphNode):
-            kinds[t] = 2 if issubclass(t, DataNode) else 1
-        else:
-            kinds[t] = 0
+    kinds = _node_kinds(values)
     deps = None
     if 0 not in kinds.values():
         # the common case: only _task_spec nodes; C-level loops
         dep_sets = list(map(_get_dependencies, values))
-        if 2 in kinds.values():
-            data = [i for i, t in enumerate(map(type, values)) if kinds[t] == 2]
-        else:
-            data = []
+        data = _data_indices(values, kinds)
         try:
             deps = list(map(tuple, map(map, repeat(getidx), dep_sets)))
         except KeyError:
@@ -296,6 +329,21 @@ def order_indexed(
 # ---------------------------------------------------------------------------
 # helpers used before the main algorithm
 # ---------------------------------------------------------------------------
+
+
+def _roots_of_private_tree(pdeps: Sequence, deps: Iterable[int]) -> frozenset:
+    """Roots above a task whose ancestors each have exactly one dependent
+    (a private in-tree, so no root is met twice): walk up from ``deps``."""
+    out = []
+    stack = list(deps)
+    while stack:
+        y = stack.pop()
+        dy = pdeps[y]
+        if dy:
+            stack.extend(dy)
+        else:
+            out.append(y)
+    return frozenset(out)
 
 
 def _str_ties_possible(keys: Sequence, n_real: int) -> bool:
@@ -563,17 +611,7 @@ class _Orderer:
                 s = rset[c] = frozenset((c,))
                 return s
             if priv[c]:
-                # private in-tree: collect its roots by walking up
-                out = []
-                stack = list(pdeps[c])
-                while stack:
-                    y = stack.pop()
-                    dy = pdeps[y]
-                    if dy:
-                        stack.extend(dy)
-                    else:
-                        out.append(y)
-                s = rset[c] = frozenset(out)
+                s = rset[c] = _roots_of_private_tree(pdeps, pdeps[c])
                 return s
             raise AssertionError("root set not materialised")  # pragma: no cover
 
@@ -743,16 +781,7 @@ class _Orderer:
                     s = frozenset((c,))
                     break
                 if priv[c]:
-                    out = []
-                    stack = list(d)
-                    while stack:
-                        y = stack.pop()
-                        dy = pdeps[y]
-                        if dy:
-                            stack.extend(dy)
-                        else:
-                            out.append(y)
-                    s = frozenset(out)
+                    s = _roots_of_private_tree(pdeps, d)
                     break
                 # a single dependency without a private tree: same set
                 chain_.append(c)
