@@ -161,6 +161,7 @@ def _census_gen(scheduler: Any, budget_s: float, attrs: tuple[str, ...] = ATTRS
         has_deps = bool(deps)
         deps = None
         vals = [getattr(ts, a, None) for a in attrs]
+        ids = list(map(id, vals))
         for j, a in enumerate(attrs):
             r = res[a]
             r.tasks += 1
@@ -178,13 +179,8 @@ def _census_gen(scheduler: Any, budget_s: float, attrs: tuple[str, ...] = ATTRS
                 if k == 0:
                     r.empty_allocated += 1
                 # m references from this task's attributes, m from ``vals``
-                m = 0
-                first = True
-                for jj, u in enumerate(vals):
-                    if u is v:
-                        m += 1
-                        if jj < j:
-                            first = False
+                m = ids.count(ids[j])
+                first = ids.index(ids[j]) == j
                 if getrefcount(v) > base + 2 * m - 1:
                     # held from outside this task too: count its bytes once
                     # overall. Only these go into ``seen``: sharing between
@@ -211,7 +207,7 @@ def _census_gen(scheduler: Any, budget_s: float, attrs: tuple[str, ...] = ATTRS
                     r.eager_bytes += eager_set_bytes(k)
             elif k:
                 r.eager_bytes += eager_set_bytes(k)
-        ts = vals = None
+        ts = vals = ids = None
         if not (i & 255) and time.perf_counter() - slice_t0 >= budget_s:
             max_slice = max(max_slice, time.perf_counter() - slice_t0)
             yield None
