@@ -22,7 +22,6 @@ history, and sending the resulting messages.
 """
 from __future__ import annotations
 
-import gc
 import textwrap
 import threading
 from time import time
