@@ -279,15 +279,6 @@ class MemoryTree:
                    d.get("shared_objects", 0), d.get("max_slice_cpu_s"))
 
 
-#: Yielded by :func:`_walk` instead of ``None`` while it holds a snapshot
-#: of every task state: the caller keeps the cyclic GC off until the next
-#: step. A young collection traverses every container it holds, and a
-#: fresh million-entry list sits in the young generation: each collection
-#: would cost ~25 ms of loop time (collections are only deferred, by
-#: a few slices).
-HOLD_GC = object()
-
-
 class _Chunks:
     """The referents of one big container, handed out a chunk at a time.
 
@@ -724,7 +715,7 @@ def _walk(scheduler: Any, sample: int | None, budget_s: float, seed: int = 0
     # keys, scattered in memory, would cost ~90 ms more: each task state
     # holds its own key). Sampling happens in the next slice.
     vals = list(tasks.values())
-    yield HOLD_GC
+    yield None
     slice_t0 = time.perf_counter()
     if sample is not None and sample < len(vals):
         snapshot = vals
@@ -737,7 +728,7 @@ def _walk(scheduler: Any, sample: int | None, budget_s: float, seed: int = 0
             if snapshot and cut():
                 stats["max"] = max(stats["max"], time.perf_counter() - slice_t0)
                 stats["slices"] += 1
-                yield HOLD_GC
+                yield None
                 slice_t0 = time.perf_counter()
         del snapshot
     else:
@@ -924,28 +915,22 @@ async def memory_tree_async(scheduler: Any, sample: int | None | str = "auto", *
     gen = _walk(scheduler, sample, budget_s=budget_s, seed=seed)
     max_wall = max_cpu = 0.0
     n = 0
-    held = False
-    try:
+    # The cyclic GC stays off until the walk is over, as in census_async:
+    # the walk makes only short-lived, acyclic garbage, and a collection
+    # (possibly full, 1 s at 1M tasks) must not land inside a slice; a
+    # young one would also traverse the walk's fresh snapshot of every task
+    # state (~25 ms at 1M). Collections are deferred, not skipped.
+    with gcpause.paused():
         while True:
-            # the walk makes only short-lived, acyclic garbage: keep the
-            # cyclic GC from running a (possibly full, 1 s at 1M tasks)
-            # collection inside one of our slices; it runs later, between
-            # callbacks (or once the snapshot is gone: HOLD_GC)
-            if not held:
-                gcpause.hold()
-                held = True
             c0 = time.thread_time()
             w0 = time.perf_counter()
             out = next(gen)
             dw = time.perf_counter() - w0
             dc = time.thread_time() - c0
-            if out is not HOLD_GC:
-                gcpause.release()
-                held = False
             n += 1
             max_wall = max(max_wall, dw)
             max_cpu = max(max_cpu, dc)
-            if out is not None and out is not HOLD_GC:
+            if out is not None:
                 # measured around each step from the caller's side: what the
                 # event loop actually waited (wall) and what we computed
                 # (CPU; wall - CPU is time the OS gave to other processes)
@@ -957,6 +942,3 @@ async def memory_tree_async(scheduler: Any, sample: int | None | str = "auto", *
             # timers and I/O callbacks that became due meanwhile, so they
             # would wait two slices; after a 1 ms timer they run first
             await asyncio.sleep(0.001)
-    finally:
-        if held:
-            gcpause.release()
