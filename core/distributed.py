@@ -23,7 +23,6 @@ history, and sending the resulting messages.
 from __future__ import annotations
 
 import textwrap
-import threading
 from time import time
 from typing import Any
 
@@ -49,32 +48,25 @@ from slimgraph.state import SlimSchedulerState
 
 
 class _GCPolicy:
-    """Applies ``slimgraph.gc`` around ingestions (reference counted, since
-    two submissions can overlap while one awaits its offloaded phases)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
+    """Applies ``slimgraph.gc`` around ingestions. Overlapping submissions
+    (one awaits its offloaded phases while another runs) are safe because
+    :mod:`slimgraph.gcpause` counts the holds."""
 
     def enter(self) -> str:
         policy = config.get("gc")
-        if policy == "stock":
-            return policy
-        with self._lock:
-            self._depth += 1
-        gcpause.hold()
+        if policy != "stock":
+            gcpause.hold()
         return policy
 
     def exit(self, policy: str) -> None:
         if policy == "stock":
             return
-        with self._lock:
-            self._depth -= 1
-            last = self._depth == 0
         gcpause.release()
-        if last and policy == "freeze":
+        if policy == "freeze":
             # The new task states are long-lived: keep them out of every
             # future collection's traversal until the scheduler is idle.
+            # (Another ingestion still running is frozen with them, as it
+            # would be at its own exit: a freeze keeps only cyclic garbage.)
             gcpause.freeze_until_idle()
 
 
