@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -112,6 +113,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
     if kind == "slim":
         cmd += ["--preload", "slimgraph.distributed"]
     logs = open(os.path.join(tmp, "processes.log"), "w")
+    ok = False
     procs = [subprocess.Popen(cmd, stdout=logs, stderr=subprocess.STDOUT)]
     try:
         _wait_file(sfile, procs[0])
@@ -144,7 +146,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
         rss = None
         if rec.rss_before is not None and rec.rss_after is not None and rec.tasks:
             rss = (rec.rss_after - rec.rss_before) / rec.tasks
-        return {
+        out = {
             "tasks": rec.tasks,
             "submit_seconds": rec.start + rec.total_s - t0,
             "update_graph_seconds": rec.total_s,
@@ -156,6 +158,8 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "compute_seconds": t_done - t0,
             "result": repr(value)[:200],
         }
+        ok = True
+        return out
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -165,6 +169,10 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             except subprocess.TimeoutExpired:
                 p.kill()
         logs.close()
+        if ok:  # on failure the processes' log stays for a look
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"  {kind}: scheduler and worker logs in {tmp}", file=sys.stderr)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
