@@ -34,7 +34,7 @@ from distributed.scheduler import _materialize_graph
 from distributed.utils import offload
 from distributed.core import error_message
 
-from slimgraph import config, gcpause
+from slimgraph import config, gcpause, staging
 from slimgraph.ingest import (
     GraphIndex,
     Ingestion,
@@ -116,9 +116,9 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
         policy = gc_policy.enter()
         status, error = "OK", None
         try:
-            with rec.phase("deserialize"):
+            with rec.phase("deserialize", where="offload"):
                 try:
-                    expr = deserialize(expr_ser.header, expr_ser.frames)
+                    expr = await offload(deserialize, expr_ser.header, expr_ser.frames)
                     del expr_ser
                 except Exception as e:
                     raise RuntimeError(
@@ -168,7 +168,9 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
                 code=code,
                 span_metadata=span_metadata,
             )
-            metrics = self.ingest(sub, rec)
+            metrics = await self.ingest_staged(sub, rec)
+            if metrics is None:
+                metrics = self.ingest(sub, rec)
             done = time()
             metrics.update(
                 {
@@ -208,6 +210,25 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
             self._active_graph_updates -= 1
             ext.finish(rec, token, status=status, error=error)
             self.digest_metric("update-graph-duration", time() - start)
+
+    async def ingest_staged(self, sub: Submission, rec: SubmissionRecord) -> dict | None:
+        """Build off the loop, publish in one block (:mod:`slimgraph.staging`).
+        None: not stageable, or the state changed meanwhile; ingest synchronously."""
+        if not config.get("staging") or staging.refusal(self, sub) is not None:
+            return None
+        ing = staging.StagedIngestion(self, sub, rec)
+        if not await offload(ing.build) or not ing.still_valid():
+            return None
+        client_msgs: dict = {}
+        worker_msgs: dict = {}
+        with rec.phase("commit") as p:
+            ing.commit(client_msgs, worker_msgs)
+            self.send_all(client_msgs, worker_msgs)
+            p.tasks = len(ing.new)
+        rec.tasks = len(sub.index.keys)
+        rec.new_tasks = len(ing.new)
+        rec.edges = sub.index.edges
+        return {"tasks": len(sub.index.keys), "new_tasks": len(ing.new), "key_collisions": 0}
 
     def ingest(self, sub: Submission, rec: SubmissionRecord) -> dict:
         """Phases 4-7 (synchronous): state in, state out, messages sent."""

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dask.config
-from distributed.scheduler import Computation, Transition
+from distributed.scheduler import Computation, Transition, _cull
 from dask.utils import parse_timedelta
 
 from slimgraph.containers import NO_EDGES, Edges, freeze
@@ -82,17 +82,9 @@ def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
     Raises InvalidKeyError for keys of a type dask does not accept.
     """
     if cull:
-        # Keep dsk's own order (deterministic); only drop unreachable tasks.
-        reach: set = set()
-        stack = [k for k in wanted if k in dsk]
-        while stack:
-            k = stack.pop()
-            if k in reach:
-                continue
-            reach.add(k)
-            stack.extend(d for d in dsk[k].dependencies if d in dsk and d not in reach)
-        if len(reach) != len(dsk):
-            dsk = {k: v for k, v in dsk.items() if k in reach}
+        # distributed's own cull: the culled dict's order (set-pop order) is
+        # the order stock adds dependents in, and what dask.order sees.
+        dsk = _cull(dsk, wanted if isinstance(wanted, set) else set(wanted))
 
     keys = list(dsk)
     pos = {k: i for i, k in enumerate(keys)}
@@ -222,6 +214,13 @@ class Ingestion:
         self.state = state
         self.sub = sub
         self.record = record
+        #: where new task states go: the scheduler's dict, or (staged) a
+        #: private one published by the commit
+        self.tasks: dict = state.tasks
+        self.staged = False
+        #: (staged) scheduler-owned task groups this submission adds tasks
+        #: to: id -> LiveGroup, whose changes wait for the commit
+        self.live: dict = {}
         self.touched: list[SlimTaskState] = []
         self.new: list[SlimTaskState] = []
         self.by_index: list = [None] * len(sub.index.keys)
@@ -299,12 +298,22 @@ class Ingestion:
             ts = tasks[k]
             touched.append(ts)
 
+        st.slim_epoch += 1  # new keys and groups: a staged ingestion re-checks
+        self._build_edges(fresh_spec)
+
+    def _build_edges(self, fresh_spec: list) -> None:
+        """Edges, in bulk, for the tasks at ``fresh_spec`` (graph indices)."""
+        tasks = self.tasks
+        lazy = self.state.slim_lazy
+        by_index = self.by_index
+        new = self.new
+        live = self.live
+        fresh_spec.sort()
         # Edges, in bulk: each new task's dependencies become one compact
         # container, added in the order stock adds them (the graph's
         # dependency frozenset order); dependents are collected in graph
         # order, as stock's ``add_dependency`` loop over the graph does, and
         # packed once per task.
-        fresh_spec.sort()
         dependents: dict = {}
         n_edges = 0
         for i in fresh_spec:
@@ -331,16 +340,41 @@ class Ingestion:
             if old:  # a run_spec-less task that already had edges
                 dl = [*old, *(d for d in dl if d not in old)]
             n_edges += len(dl)
-            ts.dependencies = Edges(dl) if lazy else set(dl)
-            tgd = ts.group.dependencies
+            if lazy:
+                ts.dependencies = Edges(dl)
+            elif type(old) is set:
+                for d in spec_deps:  # stock adds to the existing set, spec order
+                    old.add(tasks[d])
+            elif old:
+                ts.dependencies = set(dl)
+            else:
+                # stock's insertion sequence (the spec's frozenset order): a
+                # set built from another set's iteration order may iterate
+                # differently where keys collide
+                ts.dependencies = {tasks[d] for d in spec_deps}
+            tg0 = ts.group
+            lg = live.get(id(tg0)) if live else None
+            tgd = tg0.dependencies if lg is None else lg.dependencies
             last = None
             for dts in dl:
                 g = dts.group
                 if g is not last:
                     tgd.add(g)
                     last = g
+        # A task with one dependent shares that container with its siblings
+        # (immutable, thawed before any change): in a reduction most tasks
+        # have one dependent, shared by all inputs of the same reducer.
+        single: dict = {}
         for lst in dependents.values():
-            self._add_dependents(lst[0], lst[1:], lazy)
+            dts = lst[0]
+            if lazy and len(lst) == 2 and not dts.dependents:
+                t = lst[1]
+                e = single.get(id(t))
+                if e is None:
+                    e = single[id(t)] = Edges((t,))
+                dts.dependents = e
+            else:
+                self._add_dependents(dts, lst[1:], lazy)
         if not lazy:
             for ts in new:
                 if type(ts.dependents) is not set:
@@ -399,7 +433,10 @@ class Ingestion:
             global_annotations=sub.global_annotations,
         )
 
-    def priorities(self) -> None:
+    def generation(self) -> tuple:
+        """The generation this submission's priorities get, and the
+        ``(generation, _last_time)`` the scheduler moves to (None: unchanged).
+        Reads the state only; :meth:`priorities` (or a staged commit) applies it."""
         st = self.state
         sub = self.sub
         fifo = parse_timedelta(sub.fifo_timeout)
@@ -407,15 +444,21 @@ class Ingestion:
             sts = st.tasks.get(sub.submitting_task)
             if sts is not None:
                 assert sts.priority
-                generation = sts.priority[0] - 0.01
+                return sts.priority[0] - 0.01, None
+            return st.generation, None
+        if st._last_time + fifo < sub.start:
+            return st.generation + 1, (st.generation + 1, sub.start)
+        return st.generation, None
+
+    def priorities(self) -> None:
+        st = self.state
+        sub = self.sub
+        generation, moved = self.generation()
+        if moved is not None:
+            if self.staged:
+                self.moved_generation = moved
             else:
-                generation = st.generation
-        elif st._last_time + fifo < sub.start:
-            st.generation += 1
-            generation = st.generation
-            st._last_time = sub.start
-        else:
-            generation = st.generation
+                st.generation, st._last_time = moved
 
         up = sub.user_priority
         up_dict = up if isinstance(up, dict) else None
@@ -502,10 +545,8 @@ class Ingestion:
 
     # -- phase 7 -----------------------------------------------------------
     def initial_recommendations(self) -> dict:
-        st = self.state
-        tasks = st.tasks
         recs = {}
-        released = [ts for ts in map(tasks.__getitem__, self.sub.keys) if ts._state == "released"]
+        released = [ts for ts in map(self.tasks.__getitem__, self.sub.keys) if ts._state == "released"]
         released.sort(key=operator.attrgetter("priority"), reverse=True)
         for ts in released:
             recs[ts.key] = "waiting"
@@ -563,15 +604,24 @@ class Ingestion:
         st = self.state
         lazy = st.slim_lazy
         sid = self.sub.stimulus_id
-        tasks = st.tasks
+        tasks = self.tasks
+        staged = self.staged
         self._now = time.time()
-        tail: deque = deque(maxlen=st.transition_log.maxlen)
+        maxlen = st.transition_log.maxlen
+        if staged and maxlen is not None:
+            maxlen += self.log_slack
+        tail: deque = deque(maxlen=maxlen)
         to_waiting: list = []
         outside_waiters: dict = {}
         to_wait: dict = {}  # group -> tasks moved released -> waiting (not yet counted)
         to_queue: dict = {}  # group -> tasks moved waiting -> queued (not yet counted)
         queuing = not math.isinf(st.WORKER_SATURATION)
-        queue_add = getattr(st.queued, "add_deferred", st.queued.add)
+        if staged:
+            queue_add = self.queued_in_visit_order.append
+            queued_at = self.queued_at_entry.append
+            stock_cands = self.stock_candidates
+        else:
+            queue_add = getattr(st.queued, "add_deferred", st.queued.add)
         p_rw = _interested_plugins(st, "released", "waiting")
         p_ww = _interested_plugins(st, "waiting", "waiting")
         p_wq = _interested_plugins(st, "waiting", "queued")
@@ -580,7 +630,7 @@ class Ingestion:
         update = recs.update
         append = tail.append
         rootish_by_group: dict = {}
-        is_rootish = st.is_rootish
+        is_rootish = self.projected_rootish if self.live else st.is_rootish
 
         while recs:
             key, finish = popitem()
@@ -630,7 +680,7 @@ class Ingestion:
                 if new_recs:
                     update(new_recs)
                 continue
-            if finish == "processing" and start == "waiting" and queuing and not st.idle_task_count:
+            if finish == "processing" and start == "waiting" and queuing and (staged or not st.idle_task_count):
                 # is_rootish depends on the task only through restrictions and
                 # run_spec.data_producer, otherwise on its group, which does
                 # not change during an ingestion.
@@ -647,6 +697,8 @@ class Ingestion:
                     ts._state = "queued"
                     tg = ts.group
                     to_queue[tg] = to_queue.get(tg, 0) + 1
+                    if staged:
+                        queued_at(n_fast)
                     queue_add(ts)
                     n_fast += 2
                     append((key, "waiting", "waiting", {key: "queued"}))
@@ -656,6 +708,12 @@ class Ingestion:
                     for p in p_wq:
                         _notify(p, key, "waiting", "queued", sid)
                     continue
+            if staged:
+                if finish == "processing" and start == "waiting":
+                    # decided by the commit, where the workers are known
+                    stock_cands.append((n_fast, ts))
+                    continue
+                raise NotStageable(f"{start} -> {finish} in a fresh graph")
             # -- anything else: distributed's own transition --
             self._flush(to_wait, to_queue, tail, n_fast)
             n_fast = 0
@@ -690,8 +748,13 @@ class Ingestion:
         """Make group/prefix counts, the log and the counter current before
         distributed's own code looks at them."""
         st = self.state
+        live = self.live
         for moved, old, new in ((to_wait, "released", "waiting"), (to_queue, "waiting", "queued")):
             for tg, n in moved.items():
+                lg = live.get(id(tg)) if live else None
+                if lg is not None:
+                    lg.move(old, new, n)
+                    continue
                 tg.states[old] -= n
                 tg.states[new] += n
                 tp = tg.prefix
@@ -699,10 +762,18 @@ class Ingestion:
                 tp.states[new] += n
                 tp.state_counts[new] += n
             moved.clear()
-        st.transition_counter += n_fast
-        log = st.transition_log
         sid = self.sub.stimulus_id
         now = self._now
+        if self.staged:
+            self.n_entries = n_fast
+            self.log_tail = deque(
+                (Transition(key, start, finish, r, sid, now) for key, start, finish, r in tail),
+                maxlen=tail.maxlen,
+            )
+            tail.clear()
+            return
+        st.transition_counter += n_fast
+        log = st.transition_log
         for key, start, finish, r in tail:
             log.append(Transition(key, start, finish, r, sid, now))
         tail.clear()
@@ -712,6 +783,10 @@ class Ingestion:
         for ts in self.touched:
             if ts._state in ("memory", "erred"):
                 st.report_on_key(ts=ts, client=self.sub.client)
+
+
+class NotStageable(Exception):
+    """A staged ingestion met something only the synchronous path covers."""
 
 
 #: Marks tasks made waiting by the running ingestion until their waiters are

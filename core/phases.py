@@ -39,6 +39,7 @@ PHASES = (
     "who_wants",
     "transitions",
     "plugins",
+    "commit",
 )
 
 #: Phases the slim engine owns (everything but dask's materialization and
@@ -51,6 +52,7 @@ OWNED_PHASES = (
     "priorities",
     "who_wants",
     "transitions",
+    "commit",
 )
 
 

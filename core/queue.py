@@ -27,12 +27,16 @@ from typing import Any, Iterator
 
 
 class TaskQueue:
-    __slots__ = ("_data", "_heap", "_seq", "_sorted", "_dirty", "_pending")
+    __slots__ = ("_data", "_heap", "_runs", "_next", "_sorted", "_dirty", "_pending")
 
     def __init__(self) -> None:
         self._data: set = set()
         self._heap: list = []
-        self._seq = itertools.count()
+        #: sorted runs beside the heap, each ``[list, position of its head]``
+        #: (a staged ingestion's queued tasks arrive as one run; merging them
+        #: into the heap would cost a Python comparison per task)
+        self._runs: list = []
+        self._next = 0  # the next sequence number
         self._sorted = True
         self._dirty = False
         self._pending: list = []
@@ -43,15 +47,57 @@ class TaskQueue:
         Bulk ingestion queues many tasks in an order unrelated to their
         priority; pushing each would cost log(n) Python-level comparisons.
         Pending tasks are sorted once, with C-level tuple comparisons, when
-        the heap is next read (see :meth:`_clean`).
+        the queue is next read (see :meth:`_clean`).
         """
         if ts in self._data:
             return
         if ts._qseq is not None:
             self._dirty = True
-        ts._qseq = next(self._seq)
+        ts._qseq = self._next
+        self._next += 1
         self._data.add(ts)
         self._pending.append(ts)
+
+    def reserve(self, n: int) -> int:
+        """Reserve ``n`` sequence numbers for a staged ingestion (see
+        :meth:`merge_staged`); returns the first."""
+        base = self._next
+        self._next += n
+        return base
+
+    def merge_staged(self, members: set, ordered: list, base: int, n: int) -> None:
+        """Add tasks queued by a staged ingestion in one step.
+
+        ``members`` holds them, ``ordered`` holds them sorted by
+        ``(priority, _qseq)``, their ``_qseq`` lie in ``[base, base + n)``
+        reserved by :meth:`reserve`. If anything was queued since the
+        reservation, that task was queued first and must win ties: the
+        staged tasks are renumbered after it (same relative order).
+        """
+        if not members:
+            return
+        if self._next != base + n:
+            shift = self._next - base
+            for ts in ordered:
+                ts._qseq += shift
+            self._next += n
+        if not self._data:
+            self.clear()
+            self._data = members
+            self._heap = ordered  # a sorted list is a heap
+            return
+        self._data |= members  # C-level: reuses the stored hashes
+        self._add_run(ordered)
+
+    def _add_run(self, run: list) -> None:
+        self._runs.append([run, 0])
+        self._sorted = False
+        if len(self._runs) > 4:
+            # many runs make every peek slower: fold them into the heap
+            rest = [ts for r, i in self._runs for ts in r[i:]]
+            self._runs = []
+            self._heap.extend(rest)
+            self._heap.sort(key=_sort_key)
 
     def __contains__(self, value: object) -> bool:
         return value in self._data
@@ -70,7 +116,8 @@ class TaskQueue:
             return
         if ts._qseq is not None:
             self._dirty = True  # a stale entry of ts may sit in the heap
-        ts._qseq = next(self._seq)
+        ts._qseq = self._next
+        self._next += 1
         self._data.add(ts)
         heapq.heappush(self._heap, ts)
         self._sorted = False
@@ -80,16 +127,41 @@ class TaskQueue:
             pending = self._pending
             self._pending = []
             pending.sort(key=_sort_key)
-            if not self._heap:
+            if not self._heap and not self._runs:
                 self._heap = pending  # a sorted list is a heap
             else:
-                self._heap.extend(pending)
-                self._dirty = True
+                self._add_run(pending)
             self._sorted = False
         if self._dirty:
+            # a re-added task got a new sequence number: stale copies of it
+            # sit out of place in the heap and the runs
+            rest = [ts for r, i in self._runs for ts in r[i:]]
+            self._runs = []
+            self._heap.extend(rest)
             heapq.heapify(self._heap)
             self._dirty = False
             self._sorted = False
+
+    def _head(self) -> tuple:
+        """The smallest member and where it is: (task, run or None)."""
+        self._clean()
+        data = self._data
+        heap = self._heap
+        while heap and heap[0] not in data:
+            heapq.heappop(heap)
+            self._sorted = False
+        best = heap[0] if heap else None
+        where = None
+        for run in self._runs:
+            lst, i = run
+            while i < len(lst) and lst[i] not in data:
+                i += 1
+            run[1] = i
+            if i < len(lst) and (best is None or lst[i] < best):
+                best = lst[i]
+                where = run
+        self._runs = [r for r in self._runs if r[1] < len(r[0])]
+        return best, where
 
     def discard(self, ts: Any) -> None:
         self._data.discard(ts)
@@ -104,15 +176,7 @@ class TaskQueue:
     def peek(self) -> Any:
         if not self._data:
             raise KeyError("peek into empty set")
-        self._clean()
-        heap = self._heap
-        data = self._data
-        while True:
-            ts = heap[0]
-            if ts in data:
-                return ts
-            heapq.heappop(heap)
-            self._sorted = False
+        return self._head()[0]
 
     def peekn(self, n: int) -> Iterator[Any]:
         if n <= 0 or not self._data:
@@ -125,39 +189,58 @@ class TaskQueue:
     def pop(self) -> Any:
         if not self._data:
             raise KeyError("pop from an empty set")
-        self._clean()
-        heap = self._heap
-        data = self._data
-        while True:
-            ts = heapq.heappop(heap)
+        ts, run = self._head()
+        if run is None:
+            heapq.heappop(self._heap)
             self._sorted = False
-            if ts in data:
-                data.discard(ts)
-                if not data:
-                    self.clear()
-                return ts
+        else:
+            i = run[1] = run[1] + 1
+            if i > 1024 and 2 * i > len(run[0]):
+                del run[0][:i]  # let go of what was taken (amortised O(1))
+                run[1] = 0
+        data = self._data
+        data.discard(ts)
+        if not data:
+            self.clear()
+        return ts
+
+    def _right(self, pop: bool) -> Any:
+        """One of the largest members: the larger of the heap's last entry
+        and each run's last (HeapSet promises no more)."""
+        self._clean()
+        data = self._data
+        heap = self._heap
+        while heap and heap[-1] not in data:
+            del heap[-1]
+        best = heap[-1] if heap else None
+        where = None
+        for run in self._runs:
+            lst = run[0]
+            while len(lst) > run[1] and lst[-1] not in data:
+                del lst[-1]
+            if len(lst) > run[1] and (best is None or best < lst[-1]):
+                best = lst[-1]
+                where = run
+        self._runs = [r for r in self._runs if r[1] < len(r[0])]
+        if pop:
+            if where is None:
+                del heap[-1]
+            else:
+                del where[0][-1]
+            data.discard(best)
+            if not data:
+                self.clear()
+        return best
 
     def peekright(self) -> Any:
         if not self._data:
             raise KeyError("peek into empty set")
-        self._clean()
-        while True:
-            ts = self._heap[-1]
-            if ts in self._data:
-                return ts
-            del self._heap[-1]
+        return self._right(pop=False)
 
     def popright(self) -> Any:
         if not self._data:
             raise KeyError("pop from an empty set")
-        self._clean()
-        while True:
-            ts = self._heap.pop()
-            if ts in self._data:
-                self._data.discard(ts)
-                if not self._data:
-                    self.clear()
-                return ts
+        return self._right(pop=True)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._data)
@@ -167,15 +250,18 @@ class TaskQueue:
         if not self._sorted:
             self._heap.sort()
             self._sorted = True
+        data = self._data
         seen: set = set()
-        for ts in self._heap:
-            if ts in self._data and ts not in seen:
+        merged = heapq.merge(self._heap, *(lst[i:] for lst, i in self._runs)) if self._runs else self._heap
+        for ts in merged:
+            if ts in data and ts not in seen:
                 seen.add(ts)
                 yield ts
 
     def clear(self) -> None:
         self._data.clear()
         self._heap.clear()
+        self._runs = []
         self._pending.clear()
         self._sorted = True
         self._dirty = False

@@ -67,6 +67,9 @@ class SlimSchedulerState(SchedulerState):
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.slim_lazy = bool(config.get("lazy-containers"))
+        #: Bumped whenever keys or task groups are added; a staged ingestion
+        #: (slimgraph.staging) built while it was unchanged can skip re-checks.
+        self.slim_epoch = 0
         super().__init__(*args, **kwargs)
         self._slim_queue()
 
@@ -98,6 +101,7 @@ class SlimSchedulerState(SchedulerState):
         if created and computation:
             computation.groups.add(tg)
         ts = SlimTaskState(key, spec, state, tg)
+        self.slim_epoch += 1
         if not self.slim_lazy:
             ts.dependencies = set()
             ts.dependents = set()

@@ -37,7 +37,9 @@ def idx(x):
 
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["add", "add_deferred", "discard", "pop", "peek", "peekn", "popright", "sorted", "len", "in"]),
+        st.sampled_from(
+            ["add", "add_deferred", "merge", "discard", "pop", "peek", "peekn", "popright", "sorted", "len", "in"]
+        ),
         st.integers(0, 19),
         st.integers(1, 5),
     ),
@@ -59,6 +61,19 @@ def test_same_as_heapset(prio_list, operations):
         if op in ("add", "add_deferred"):
             ref.add(refs[i])
             getattr(q, op)(tasks[i])
+        elif op == "merge":
+            # a staged ingestion's run: up to n tasks not queued yet, queued
+            # in index order (a number is reserved before some other add)
+            batch = [t for t in tasks[i : i + n] if t not in q]
+            base = q.reserve(len(batch))
+            if i % 2 and tasks[(i + 7) % 20] not in q and tasks[(i + 7) % 20] not in batch:
+                other = tasks[(i + 7) % 20]  # queued during the build
+                ref.add(refs[idx(other)])
+                q.add(other)
+            for k, t in enumerate(batch):
+                t._qseq = base + k
+                ref.add(refs[idx(t)])
+            q.merge_staged(set(batch), sorted(batch, key=lambda t: (t.priority, t._qseq)), base, len(batch))
         elif op == "discard":
             ref.discard(refs[i])
             q.discard(tasks[i])

@@ -1,0 +1,331 @@
+"""Staged ingestion (slimgraph.staging): built off the loop, published at once.
+
+Each submission goes to a stock and a slim scheduler (no plugin listening,
+so the slim one stages it); the slim record must show the staged phases,
+and the resulting state must equal stock's, including the transition log
+entry by entry (order and recommendations), the queue's order and counters.
+"""
+from __future__ import annotations
+
+import asyncio
+from operator import add
+
+import dask
+import dask.array as da
+import dask.bag as db
+import numpy as np
+import pandas as pd
+import pytest
+from dask import delayed
+from distributed.utils import offload
+
+from differential import Pair, assert_same, snapshot, wait_idle
+from slimgraph import staging
+from slimgraph.ingest import Submission, index_graph, compute_order
+from slimgraph.instrument.recorder import get_history
+
+
+def inc(x):
+    return x + 1
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def _drop_recorders(p: Pair) -> None:
+    for s in (p.stock, p.slim):
+        for name, plugin in list(s.plugins.items()):
+            if type(plugin).__name__ == "Recorder":
+                s.remove_plugin(name=name)
+
+
+def _log(s) -> list:
+    return [(t.key, t.start, t.finish, dict(t.recommendations)) for t in s.transition_log]
+
+
+def _queue(s) -> list:
+    return [ts.key for ts in s.queued.sorted()]
+
+
+async def staged_check(p: Pair, make, expect_staged: bool = True) -> tuple:
+    """Ingest on both; snapshot, log and queue order of each are taken right
+    after its own ``update_graph`` (before its workers can act)."""
+    from distributed import Future
+
+    msgs, _ = p.capture(make)
+    assert msgs
+    views = {}
+    for tag, s, c in (("stock", p.stock, p.c_stock), ("slim", p.slim, p.c_slim)):
+        counter = s.transition_counter
+        for msg in msgs:
+            args = p.payload(msg)
+            await s.update_graph(client=c.id, **args)
+            p.futures.extend(Future(k, c) for k in args["keys"])
+        # the log entries this submission made (earlier ones depend on how
+        # fast each side's workers ran)
+        made = s.transition_counter - counter
+        views[tag] = (snapshot(s, p.client_names), _log(s)[-made:] if made else [], _queue(s))
+    rec = get_history(p.slim).latest()
+    phases = {ph.name: ph.where for ph in rec.phases}
+    assert ("commit" in phases) is expect_staged, (phases, rec.status, rec.error)
+    if expect_staged:
+        assert phases["task_states"] == "offload" and phases["transitions"] == "offload"
+    (a, log_a, q_a), (b, log_b, q_b) = views["stock"], views["slim"]
+    assert a["tasks"]
+    assert_same(a, b)
+    assert log_a == log_b
+    assert q_a == q_b
+    assert p.reports["stock"] == p.reports["slim"]
+    return a, b
+
+
+def _df():
+    return pd.DataFrame({"a": np.arange(300) % 7, "b": np.arange(300, dtype=float)})
+
+
+def _tree(n=40):
+    xs = [delayed(inc)(i, dask_key_name=("leaf", i)) for i in range(n)]
+    while len(xs) > 1:
+        xs = [delayed(add)(*xs[i : i + 3]) for i in range(0, len(xs), 3)]
+    return xs[0]
+
+
+def _mixed():
+    # a big root-ish group beside a few roots too small to be root-ish
+    big = da.ones((80, 80), chunks=10).sum()
+    small = [delayed(inc)(i, dask_key_name=f"small-{i}") for i in range(3)]
+    return delayed(lambda *a: a)(big, *small)
+
+
+WORKLOADS = {
+    "array-reduction": lambda c: c.compute((da.ones((60, 60), chunks=10) + 1).sum(axis=0)),
+    "array-rechunk": lambda c: c.compute(da.ones((60, 60), chunks=(10, 60)).rechunk((60, 10))),
+    "array-overlap": lambda c: c.compute(da.ones((60, 60), chunks=20).map_overlap(lambda b: b + 1, depth=1)),
+    "dataframe-groupby": lambda c: c.compute(
+        __import__("dask.dataframe", fromlist=["x"]).from_pandas(_df(), npartitions=6).groupby("a").b.sum()
+    ),
+    "bag": lambda c: c.compute(db.from_sequence(range(100), npartitions=10).map(inc).sum()),
+    "delayed-tree": lambda c: c.compute(_tree()),
+    "mixed-roots": lambda c: c.compute(_mixed()),
+    "persist-array": lambda c: c.persist(da.ones((40, 40), chunks=10) * 2),
+}
+
+
+@pytest.mark.parametrize("n_workers", [0, 2])
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_staged_ingestion_matches_stock(workload, n_workers):
+    async def body():
+        async with Pair(n_workers=n_workers) as p:
+            _drop_recorders(p)
+            await staged_check(p, WORKLOADS[workload])
+
+    run(body())
+
+
+def test_staged_log_tail_when_the_log_is_short():
+    """A log shorter than the submission: the published tail is stock's tail,
+    also when idle workers took root-ish tasks early in the replay."""
+
+    async def body():
+        with dask.config.set({"distributed.admin.low-level-log-length": 37}):
+            async with Pair(n_workers=2) as p:
+                _drop_recorders(p)
+                await staged_check(p, WORKLOADS["mixed-roots"])
+                assert len(p.slim.transition_log) == 37
+
+    run(body())
+
+
+def test_second_staged_submission_ties_in_the_queue():
+    """Two graphs in one generation: equal priorities across them are
+    broken by queue insertion order, as stock's HeapSet does."""
+
+    async def body():
+        async with Pair(n_workers=0) as p:
+            _drop_recorders(p)
+            await staged_check(p, lambda c: c.compute(da.ones((50, 50), chunks=10) + 1))
+            await staged_check(p, lambda c: c.compute(da.zeros((50, 50), chunks=10) + 2))
+            # overlapping keys: not stageable, the synchronous path takes it
+            await staged_check(p, lambda c: c.compute(da.ones((50, 50), chunks=10) + 1), expect_staged=False)
+
+    run(body())
+
+
+def test_listening_plugin_takes_the_synchronous_path():
+    async def body():
+        async with Pair(n_workers=0) as p:  # Pair's Recorder listens
+            await staged_check(p, WORKLOADS["array-reduction"], expect_staged=False)
+
+    run(body())
+
+
+def test_staging_off_by_config():
+    async def body():
+        with dask.config.set({"slimgraph.staging": False}):
+            async with Pair(n_workers=0) as p:
+                _drop_recorders(p)
+                await staged_check(p, WORKLOADS["array-reduction"], expect_staged=False)
+
+    run(body())
+
+
+async def _built(s, dsk: dict, keys: list) -> staging.StagedIngestion:
+    from time import time
+
+    from slimgraph.phases import SubmissionRecord
+
+    index = index_graph(dsk, keys, False)
+    sub = Submission(
+        client="c",
+        keys=set(keys),
+        stimulus_id="test",
+        start=time(),
+        index=index,
+        priorities=compute_order(index),
+        annotations_by_type={},
+        global_annotations=None,
+        user_priority=0,
+        submitting_task=None,
+        actors=None,
+        fifo_timeout=0.0,
+        code=(),
+        span_metadata=None,
+    )
+    assert staging.refusal(s, sub) is None
+    ing = staging.StagedIngestion(s, sub, SubmissionRecord(scheduler="slim"))
+    assert await offload(ing.build)
+    return ing
+
+
+def _graph(prefix: str, n: int = 30) -> tuple[dict, list]:
+    from dask._task_spec import convert_legacy_graph
+
+    dsk = {(prefix, i): (inc, i) for i in range(n)}
+    dsk[f"{prefix}-total"] = (sum, [(prefix, i) for i in range(n)])
+    return convert_legacy_graph(dsk), [f"{prefix}-total"]
+
+
+@pytest.mark.parametrize("change", ["same key", "same group", "generation", "threads"])
+def test_commit_refuses_when_the_state_changed_during_the_build(change):
+    """Whatever the build read must still hold at commit; else the caller
+    ingests synchronously. Nothing is published by a refused commit."""
+    from distributed import Scheduler
+
+    from slimgraph.distributed import SlimScheduler
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            dsk, keys = _graph("x")
+            ing = await _built(s, dsk, keys)
+            assert ing.still_valid()
+            if change == "same key":
+                s.new_task(("x", 3), None, "released")
+            elif change == "same group":
+                s.new_task(("x", 999), None, "released")  # another key of group "x"
+            elif change == "generation":
+                s.generation += 1
+            else:
+                s.total_nthreads += 4
+            before = (set(s.tasks), set(s.task_groups), len(s.queued), s.transition_counter)
+            assert not ing.still_valid()
+            assert (set(s.tasks), set(s.task_groups), len(s.queued), s.transition_counter) == before
+            assert Scheduler  # the class stock uses is untouched by staging
+
+    run(body())
+
+
+def test_unrelated_new_keys_during_the_build_do_not_refuse():
+    from slimgraph.distributed import SlimScheduler
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            dsk, keys = _graph("x")
+            ing = await _built(s, dsk, keys)
+            s.new_task("y-1", None, "released")
+            assert ing.still_valid()
+            ing.commit({}, {})
+            assert len(s.tasks) == len(dsk) + 1
+            assert s.tasks["x-total"].state == "waiting"
+            assert len(s.queued) == 30
+
+    run(body())
+
+
+def test_ingestion_is_atomic_and_the_loop_keeps_running():
+    """While a staged graph is built, the loop keeps serving (a ticker runs)
+    and never sees part of the graph: the task count jumps from 0 to all."""
+    from slimgraph.distributed import SlimScheduler
+    from slimgraph.bench.payload import intercept, arguments
+    from distributed import Client
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            async with Client(s.address, asynchronous=True) as c:
+                x = da.ones((300, 300), chunks=2).sum()  # ~40k tasks
+                msgs, _ = intercept(c, lambda c: c.compute(x))
+                seen: list = []
+                done = asyncio.Event()
+
+                async def ticker():
+                    while not done.is_set():
+                        seen.append(len(s.tasks))
+                        await asyncio.sleep(0)
+
+                t = asyncio.create_task(ticker())
+                await s.update_graph(client=c.id, **arguments(msgs[0]))
+                done.set()
+                await t
+                n = len(s.tasks)
+                assert n > 20_000
+                rec = get_history(s).latest()
+                assert "commit" in {ph.name for ph in rec.phases}
+                assert set(seen) <= {0, n}, sorted(set(seen))[:5]
+                assert seen.count(0) > 10  # the loop ran during the build
+
+    run(body())
+
+
+def _tree_named(name: str, n: int = 40):
+    xs = [delayed(inc)(i, dask_key_name=(name, i)) for i in range(n)]
+    while len(xs) > 1:
+        xs = [delayed(add)(*xs[i : i + 3]) for i in range(0, len(xs), 3)]
+    return xs[0]
+
+
+def test_staged_into_existing_task_groups():
+    """Delayed keys share groups across submissions ("add"): the build reads
+    the scheduler's group, the commit adds the counts and edges. (No
+    workers: with workers, how far each side got with the first graph
+    before the second arrives is a matter of timing.)"""
+
+    async def body():
+        async with Pair(n_workers=0) as p:
+            _drop_recorders(p)
+            await staged_check(p, lambda c: c.compute(_tree_named("a")))
+            groups_before = set(p.slim.task_groups)
+            await staged_check(p, lambda c: c.compute(_tree_named("b")))
+            assert "add" in groups_before
+
+    run(body())
+
+
+def test_staged_into_a_group_made_inside_a_span():
+    """A group first made under ``span("outer")`` keeps that span: tasks a
+    later, unannotated submission adds to it are annotated with it."""
+    from distributed import span
+
+    async def body():
+        async with Pair(n_workers=0) as p:
+            _drop_recorders(p)
+
+            def first(c):
+                with span("outer"):
+                    return c.compute(_tree_named("a"))
+
+            await staged_check(p, first, expect_staged=False)  # span annotations
+            a, b = await staged_check(p, lambda c: c.compute(_tree_named("b")))
+            spans = {t["annotations"].get("span", {}).get("name") for t in b["tasks"].values()}
+            assert ("outer",) in spans
+
+    run(body())
