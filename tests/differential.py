@@ -144,7 +144,21 @@ class Pair:
     """A stock and a slim scheduler side by side, each with a client and
     optionally in-process workers (same names on both sides)."""
 
-    def __init__(self, n_workers: int = 0, nthreads: int = 1, resources: dict | None = None, validate: bool = False):
+    #: Whether a Recorder plugin listens on both sides (it records every
+    #: update_graph call and transition; a listening plugin makes the slim
+    #: scheduler ingest synchronously instead of staging, see
+    #: slimgraph.staging). Tests run both ways.
+    listen_default = True
+
+    def __init__(
+        self,
+        n_workers: int = 0,
+        nthreads: int = 1,
+        resources: dict | None = None,
+        validate: bool = False,
+        listen: bool | None = None,
+    ):
+        self.listen = self.listen_default if listen is None else listen
         self.n_workers = n_workers
         self.nthreads = nthreads
         self.resources = resources
@@ -170,9 +184,11 @@ class Pair:
         self.c_stock = await st.enter_async_context(Client(self.stock.address, asynchronous=True))
         self.c_slim = await st.enter_async_context(Client(self.slim.address, asynchronous=True))
         self.client_names = {self.c_stock.id: "client", self.c_slim.id: "client"}
-        self.rec_stock, self.rec_slim = Recorder(), Recorder()
-        self.stock.add_plugin(self.rec_stock)
-        self.slim.add_plugin(self.rec_slim)
+        self.rec_stock = self.rec_slim = None
+        if self.listen:
+            self.rec_stock, self.rec_slim = Recorder(), Recorder()
+            self.stock.add_plugin(self.rec_stock)
+            self.slim.add_plugin(self.rec_slim)
         self.reports = {"stock": [], "slim": []}
         for s, tag in ((self.stock, "stock"), (self.slim, "slim")):
             self._watch_reports(s, tag)
