@@ -64,11 +64,13 @@ class SlimSchedulerState(SchedulerState):
 
     #: Whether containers are lazy/shared (read from config at construction).
     slim_lazy: bool
+    #: Bumped whenever keys or task groups are added; a staged ingestion
+    #: (slimgraph.staging) built while it was unchanged can skip re-checks.
+    #: (A class default: a scheduler made slim in place has it too.)
+    slim_epoch: int = 0
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.slim_lazy = bool(config.get("lazy-containers"))
-        #: Bumped whenever keys or task groups are added; a staged ingestion
-        #: (slimgraph.staging) built while it was unchanged can skip re-checks.
         self.slim_epoch = 0
         super().__init__(*args, **kwargs)
         self._slim_queue()

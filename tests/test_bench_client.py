@@ -30,6 +30,18 @@ def test_client_mode_measures_both_kinds(tmp_path):
     # the slim scheduler process ran the slim engine's own phases
     # (stock's record is made from outside and books uncovered time to "other")
     assert "task_states" in result["slim"]["phases"] and "other" not in result["slim"]["phases"]
+    # ... staged: built off the event loop, published by one commit
+    assert "commit" in result["slim"]["phases"]
     assert "other" in result["stock"]["phases"]
     table = format_client_table(result)
     assert "stock/slim" in table and "longest ping" in table
+
+
+def test_client_mode_can_cut_the_computation_short():
+    result = bench_client("array", 20000, workers=1, compute_seconds=0.5)
+    assert result["compute_cut_after_seconds"] == 0.5 and result["same_result"] is None
+    for kind in ("stock", "slim"):
+        run = result[kind]
+        assert run["compute_seconds"] is None and run["result"] is None
+        assert run["tasks"] > 10000 and run["pings"] > 0
+    assert "cancelled 0.5 s after" in format_client_table(result)

@@ -217,11 +217,15 @@ def main(argv: list[str] | None = None) -> None:
                          "(default); client: end to end through a real Client to scheduler "
                          "and worker processes, including the computation")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (client mode)")
+    ap.add_argument("--compute-seconds", type=float, default=None,
+                    help="client mode: stop computing this long after the submission "
+                         "(cancel; the ping keeps running until then); default: compute to the end")
     a = ap.parse_args(argv)
     if a.mode == "client":
         from slimgraph.bench.e2e import bench_client, format_client_table
 
-        print(format_client_table(bench_client(a.workload, a.tasks, a.workers, a.json_path)))
+        print(format_client_table(
+            bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds)))
         return
     kinds = (a.only,) if a.only else ("stock", "slim")
     result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds)
