@@ -62,6 +62,7 @@ PHASE_COLORS = dict(
             "#8c564b",  # who_wants
             "#e377c2",  # transitions
             "#7f7f7f",  # plugins
+            "#17becf",  # commit
         ),
     )
 )

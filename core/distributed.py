@@ -61,13 +61,15 @@ class _GCPolicy:
     def exit(self, policy: str) -> None:
         if policy == "stock":
             return
-        gcpause.release()
         if policy == "freeze":
             # The new task states are long-lived: keep them out of every
             # future collection's traversal until the scheduler is idle.
             # (Another ingestion still running is frozen with them, as it
             # would be at its own exit: a freeze keeps only cyclic garbage.)
+            # Frozen before the collector is back on, so that no collection
+            # can start in between and traverse them after all.
             gcpause.freeze_until_idle()
+        gcpause.release()
 
 
 gc_policy = _GCPolicy()

@@ -35,6 +35,10 @@ released tasks, pure-data tasks to recompute, ``validate=True``) makes phase
 7 hand the recommendations to distributed's ``_transitions`` unchanged, so
 the bulk path only ever covers cases it reproduces exactly.
 
+Phases 4-7 run either here, synchronously on the scheduler's state, or
+*staged* (:mod:`slimgraph.staging`): on private task states in a worker
+thread, published afterwards in one short commit.
+
 Atomicity: phases 1-2 read only the submitted graph. Phase 3 can refuse the
 submission; from phase 4 on nothing can fail on user input, because every
 check (keys, cycles, missing dependencies) has already run.

@@ -241,7 +241,10 @@ class StagedIngestion(Ingestion):
         for ts in run:
             ts._qseq = base
         ordered = sorted(run, key=_sort_key)
-        if any(a.priority == b.priority for a, b in zip(ordered, ordered[1:])):
+        if any(
+            a._prio_order == b._prio_order and a._prio_head == b._prio_head
+            for a, b in zip(ordered, ordered[1:])
+        ):
             for i, ts in enumerate(run):
                 ts._qseq = base + i
             ordered = sorted(run, key=_sort_key)
