@@ -92,6 +92,13 @@ def _prepare(dsk: dict, keys: Any, cull: bool, priorities: Any, rec: SubmissionR
 class SlimScheduler(SlimSchedulerState, Scheduler):
     """distributed's Scheduler, ingesting graphs with the slim engine."""
 
+    async def close(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().close(*args, **kwargs)
+        finally:
+            # a closed scheduler's tasks must not stay frozen (slimgraph.gc)
+            gcpause.on_idle()
+
     async def update_graph(
         self,
         client: str,

@@ -105,6 +105,13 @@ def test_freeze_policy_lasts_until_the_scheduler_is_idle():
                         await asyncio.sleep(0.01)
                     assert not gcpause.frozen()
                     assert gc.get_freeze_count() == 0
+                    # again, and this time the scheduler closes holding tasks
+                    y = c.persist((da.ones((40, 40), chunks=5) + 2).sum(axis=0))
+                    while not s.tasks:
+                        await asyncio.sleep(0.01)
+                    assert gcpause.frozen()
+            assert not gcpause.frozen() and gc.get_freeze_count() == 0
+            del y
 
     try:
         asyncio.run(body())
