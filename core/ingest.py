@@ -61,7 +61,7 @@ from slimgraph.containers import NO_EDGES, Edges, freeze
 from slimgraph.errors import CycleError, InvalidKeyError
 from slimgraph.keys import NameResolver, validate_key_type
 from slimgraph.phases import SubmissionRecord
-from slimgraph.taskstate import SlimTaskState, _prio_head, count_into_groups
+from slimgraph.taskstate import SlimTaskState, _prio_head, count_into_groups, sorted_by_priority
 
 logger = logging.getLogger("slimgraph.ingest")
 
@@ -551,7 +551,11 @@ class Ingestion:
     def initial_recommendations(self) -> dict:
         recs = {}
         released = [ts for ts in map(self.tasks.__getitem__, self.sub.keys) if ts._state == "released"]
-        released.sort(key=operator.attrgetter("priority"), reverse=True)
+        ordered = sorted_by_priority(released) if len(released) > 1000 else None
+        if ordered is None:
+            released.sort(key=operator.attrgetter("priority"), reverse=True)
+        else:  # see sorted_by_priority: no long C-level sort in a thread
+            released = ordered[::-1]
         for ts in released:
             recs[ts.key] = "waiting"
         self.blamed = False

@@ -55,7 +55,7 @@ from slimgraph.ingest import Ingestion, NotStageable, Submission, _interested_pl
 from slimgraph.keys import NameResolver
 from slimgraph.phases import SubmissionRecord
 from slimgraph.queue import _sort_key
-from slimgraph.taskstate import SlimTaskState, count_into_groups
+from slimgraph.taskstate import SlimTaskState, count_into_groups, sorted_by_priority
 
 #: Extra transition-log entries kept by a build: a root-ish task sent to a
 #: worker by the commit logs one entry where the build assumed two.
@@ -240,11 +240,8 @@ class StagedIngestion(Ingestion):
         base = self.seq_base
         for ts in run:
             ts._qseq = base
-        ordered = sorted(run, key=_sort_key)
-        if any(
-            a._prio_order == b._prio_order and a._prio_head == b._prio_head
-            for a, b in zip(ordered, ordered[1:])
-        ):
+        ordered = sorted_by_priority(run)
+        if ordered is None:
             for i, ts in enumerate(run):
                 ts._qseq = base + i
             ordered = sorted(run, key=_sort_key)

@@ -102,3 +102,20 @@ def test_same_as_heapset(prio_list, operations):
             assert (tasks[i] in q) == (refs[i] in ref)
     assert [idx(x) for x in q.sorted()] == [idx(x) for x in ref.sorted()]
     assert {idx(x) for x in q} == {idx(x) for x in ref}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 2), st.integers(0, 3), st.integers(0, 3000)), max_size=60))
+def test_sorted_by_priority_is_sorted_or_refuses_ties(prio_list):
+    from slimgraph.taskstate import sorted_by_priority
+
+    tasks = make_tasks(prio_list)
+    out = sorted_by_priority(tasks)
+    if len(set(prio_list)) < len(prio_list):
+        assert out is None  # a tie: the caller breaks it
+    else:
+        orders = [p[2] for p in prio_list]
+        if orders and max(orders) - min(orders) <= 1024:  # dense enough for buckets
+            assert out is not None
+        if out is not None:
+            assert [ts.priority for ts in out] == sorted(ts.priority for ts in tasks)
