@@ -19,7 +19,7 @@ with open(_FN) as f:
 
 dask.config.update_defaults(defaults)
 
-GC_POLICIES = ("pause", "freeze", "stock")
+GC_POLICIES = ("auto", "pause", "freeze", "stock")
 ORDERINGS = ("fast", "dask")
 
 

@@ -58,10 +58,10 @@ class _GCPolicy:
             gcpause.hold()
         return policy
 
-    def exit(self, policy: str) -> None:
+    def exit(self, policy: str, new_tasks: int = 0) -> None:
         if policy == "stock":
             return
-        if policy == "freeze":
+        if policy == "freeze" or (policy == "auto" and new_tasks >= config.get("gc-freeze-tasks")):
             # The new task states are long-lived: keep them out of every
             # future collection's traversal until the scheduler is idle.
             # (Another ingestion still running is frozen with them, as it
@@ -215,7 +215,7 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
                     client=client,
                 )
         finally:
-            gc_policy.exit(policy)
+            gc_policy.exit(policy, rec.new_tasks)
             self._active_graph_updates -= 1
             ext.finish(rec, token, status=status, error=error)
             self.digest_metric("update-graph-duration", time() - start)

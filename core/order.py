@@ -54,9 +54,36 @@ level's edges). Distinct roots above a task are a plain sum wherever the
 tasks above have one dependent each (no overlap is possible), and real sets
 of root indices are built only where ancestors overlap. Leaf sets are shared
 along single dependents (found by pointer jumping) and united only at
-splitters. The walk itself uses flag arrays, per-degree heaps for the leaf
-choice, and ``str(key)`` only where numeric sort keys tie. The cyclic garbage
-collector is paused while we run: everything we allocate is acyclic.
+splitters; roots whose leaf sets are one shared set object share one code.
+
+The walk (steps 3-5) then touches every task a few times, in an order
+unrelated to its index, so what costs is per-task Python work and cache
+misses on per-task lists (a list of ints costs two: the slot and the int
+object). We keep both down:
+
+- *One integer sort key.* For the tuple keys dask collections use,
+  ``(name, i, j)``, the order of ``str(key)`` among tasks whose numeric keys
+  tie follows from integer columns computed in bulk, without building a
+  string (the rank of each element's repr, or for ints a numpy code ordered
+  like their decimal strings). Sorting by the numeric key, then by those
+  columns, gives every task its rank in dask's whole sort key, and the walk
+  compares plain integers from a flat ``array``. For other keys (str keys
+  need real string comparisons) ``str(key)`` is looked at lazily, only
+  where numeric keys tie.
+- *Leaf degrees on demand.* The leaf choice needs, per leaf, the number of
+  roots above it not yet run, but only when a target is picked, while roots
+  run all the time. Running a task only appends it to the result list; when
+  a target is needed the roots run since the last choice are counted per
+  leaf (numpy for many, ``Counter`` for few) and each touched leaf's degree
+  and per-degree heap entry are updated once.
+- *Flat per-task data.* Flags are bytearrays, the single dependent of a task
+  a flat ``array`` (most tasks have one), priorities are given from the
+  result list at the end, dependents lists are built from the numpy edge
+  arrays, and the nodes' dependency sets are read only where set order
+  matters.
+
+The cyclic garbage collector is paused while we run: everything we allocate
+is acyclic.
 
 Exactness
 ------------------------------------------------------------------------------
@@ -82,10 +109,12 @@ on the cycle in cycle order) where dask raises ``RuntimeError``. The
 """
 from __future__ import annotations
 
-from collections import deque
+from array import array
+from collections import Counter, deque
 from heapq import heappop, heappush
-from itertools import chain, repeat
-from operator import attrgetter
+from functools import partial
+from itertools import chain, compress, repeat
+from operator import attrgetter, itemgetter
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from slimgraph import gcpause
@@ -97,8 +126,10 @@ _NO_DEPS: frozenset = frozenset()
 _get_dependencies = attrgetter("dependencies")
 
 #: Graphs with at least this many tasks compute their statistics with numpy,
-#: level by level (see ``_Orderer.stats_numpy``); smaller ones in Python,
-#: where numpy's per-call overhead would dominate. Both give equal results.
+#: level by level (see ``_Orderer.stats_numpy``), and rank their tasks by the
+#: whole sort key up front (``_Orderer.full_rank``); smaller ones work in
+#: Python, where numpy's per-call overhead would dominate, and look at
+#: ``str(key)`` lazily. Both give equal results.
 NUMPY_MIN_TASKS = 2000
 
 
@@ -125,7 +156,8 @@ def order(dsk: Mapping, dependencies: Mapping | None = None) -> dict:
     gcpause.hold()  # see order_indexed
     try:
         keys, deps, dep_sets, data, n_ext, index = _index_graph(dsk)
-        if _str_ties_possible(keys, len(keys) - n_ext):
+        types = set(map(type, keys))
+        if _str_ties_possible(keys, len(keys) - n_ext, types):
             from dask.order import order as dask_order
 
             return dask_order(dsk)  # see _str_ties_possible
@@ -137,6 +169,7 @@ def order(dsk: Mapping, dependencies: Mapping | None = None) -> dict:
             dep_sets=dep_sets,
             _index=index,
             _ties_checked=True,
+            _key_types=types,
         )
         if n_ext:
             del keys[len(keys) - n_ext :]
@@ -156,16 +189,36 @@ def order_numbered(keys: list, deps: list, values: list, index: dict) -> list[in
     ``str()`` may coincide).
     """
     kinds = _node_kinds(values)
-    if 0 in kinds.values() or _str_ties_possible(keys, len(keys)):
+    if 0 in kinds.values():
+        return None
+    types = set(map(type, keys))
+    if _str_ties_possible(keys, len(keys), types):
         return None
     return order_indexed(
         keys,
         deps,
         data=_data_indices(values, kinds),
-        dep_sets=list(map(_get_dependencies, values)),
+        dep_sets=_NodeDependencies(values),
         _index=index,
         _ties_checked=True,
+        _key_types=types,
     )
+
+
+class _NodeDependencies:
+    """``nodes[i].dependencies`` on demand: the ordering looks at only a few
+    of these sets (where their iteration order matters)."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self, nodes: list):
+        self.nodes = nodes
+
+    def __getitem__(self, i: int) -> Any:
+        return self.nodes[i].dependencies
+
+    def __len__(self) -> int:
+        return len(self.nodes)
 
 
 def _node_kinds(values: Iterable) -> dict:
@@ -283,6 +336,7 @@ def order_indexed(
     dep_sets: Sequence[Any] | None = None,
     _index: dict | None = None,
     _ties_checked: bool = False,
+    _key_types: set | None = None,
 ) -> list[int]:
     """Priority of every task of an integer-indexed graph.
 
@@ -323,7 +377,7 @@ def order_indexed(
     # Everything allocated here is acyclic; the cyclic collector would only
     # rescan our millions of small lists and tuples over and over.
     with gcpause.paused():
-        return _Orderer(keys, deps, data, external, dep_sets, _index).run()
+        return _Orderer(keys, deps, data, external, dep_sets, _index, _key_types).run()
 
 
 # ---------------------------------------------------------------------------
@@ -346,7 +400,7 @@ def _roots_of_private_tree(pdeps: Sequence, deps: Iterable[int]) -> frozenset:
     return frozenset(out)
 
 
-def _str_ties_possible(keys: Sequence, n_real: int) -> bool:
+def _str_ties_possible(keys: Sequence, n_real: int, types: set | None = None) -> bool:
     """Whether two distinct keys may have the same ``str()``.
 
     dask's sort key ends with ``str(key)``; only if two keys share it can a
@@ -354,9 +408,11 @@ def _str_ties_possible(keys: Sequence, n_real: int) -> bool:
     every place. ``str`` of a tuple of str/int/float is its repr, which is
     injective, and ``str`` of a str is itself; so collisions need a str key
     equal to ``str`` of a non-str key. We check exactly that, computing
-    ``str`` only for the few keys that could collide.
+    ``str`` only for the few keys that could collide. ``types``: the set of
+    the keys' types, if the caller has it.
     """
-    types = set(map(type, keys))
+    if types is None:
+        types = set(map(type, keys))
     if types == {str} or types == {tuple}:
         return False
     strs = {k for k in keys if type(k) is str}
@@ -413,6 +469,103 @@ def _set_order(keys: Sequence, members: Sequence[int]) -> list[int]:
     return [m[k] for k in {k for k in m}]
 
 
+def _str_order_columns(mkeys: Sequence, np: Any) -> list | None:
+    """Integer columns whose lexicographic order is that of ``str(k)``.
+
+    Only for keys that are all flat tuples of at least two str, int or
+    float elements (the keys of dask collections: ``(name, i, j)``, with
+    floats from ``map_overlap``); None otherwise. The columns avoid
+    building and comparing 40-character strings:
+
+    - ``str`` of such a tuple is ``"(" + repr(e0) + ", " + repr(e1) + ...
+      + ")"``. Each element ends in ``,`` or ``)``, which sort below every
+      character that can follow a complete element's repr (digits, ``.``,
+      ``e``; a str's repr ends in its quote and is never the start of
+      another repr). So two keys compare like their tuples of element
+      reprs, compared as strings, a missing element (the shorter tuple:
+      ``)`` against ``,``) first. (One-element tuples print ``(x,)`` and
+      would break this.)
+    - One column per element: 0 if missing, else a code ordered like the
+      element's repr: for ints computed with numpy (:func:`_decimal_order`),
+      for other elements the rank of the repr among the column's distinct
+      reprs (few: names, chunk coordinates).
+    """
+    m = len(mkeys)
+    if set(map(type, mkeys)) != {tuple}:
+        return None
+    lens = np.fromiter(map(len, mkeys), dtype=np.int64, count=m)
+    lo = int(lens.min())
+    hi = int(lens.max())
+    if lo < 2 or hi > 16:
+        return None
+    cols = []
+    for j in range(hi):
+        if j < lo:
+            vals = list(map(itemgetter(j), mkeys))
+            where = None
+        else:
+            has = lens > j
+            where = np.flatnonzero(has)
+            vals = list(map(itemgetter(j), compress(mkeys, has.tolist())))
+        types = set(map(type, vals))
+        code = None
+        if types == {int}:
+            code = _decimal_order(vals, np)
+        if code is None:
+            if not types <= {int, float, str}:
+                return None
+            if types == {str}:
+                # equal strs have equal reprs: rank the distinct ones
+                distinct = sorted(set(vals), key=repr)
+                at = dict(zip(distinct, range(1, len(distinct) + 1)))
+                code = np.fromiter(map(at.__getitem__, vals), dtype=np.int64, count=len(vals))
+            else:
+                # floats (0.0 == -0.0, nan) and mixed types: by repr itself
+                reprs = list(map(repr, vals))
+                distinct = sorted(set(reprs))
+                at = dict(zip(distinct, range(1, len(distinct) + 1)))
+                code = np.fromiter(map(at.__getitem__, reprs), dtype=np.int64, count=len(vals))
+        if where is not None:
+            full = np.zeros(m, dtype=np.int64)
+            full[where] = code
+            code = full
+        cols.append(code)
+    return cols
+
+
+def _decimal_order(vals: list, np: Any) -> Any:
+    """Codes >= 1 ordered like ``str(v)`` of the ints ``vals``, for a
+    comparison that stops at a character below ``-`` and the digits (an
+    element's end). None if an |int| reaches 10**17.
+
+    ``-`` sorts before the digits, so negatives come first; among numbers
+    of one sign the digit strings compare like the numbers left-aligned to
+    a common width, the shorter first where those are equal ("1" < "10").
+    """
+    try:
+        v = np.fromiter(vals, dtype=np.int64, count=len(vals))
+    except OverflowError:
+        return None
+    limit = 10**17
+    if int(v.max()) >= limit or int(v.min()) <= -limit:
+        return None
+    neg = v < 0
+    a = np.abs(v)
+    length = np.ones(a.size, dtype=np.int64)
+    width = 1
+    p = 10
+    while True:
+        longer = a >= p
+        if not longer.any():
+            break
+        length += longer
+        width += 1
+        p *= 10
+    pow10 = 10 ** np.arange(width + 1, dtype=np.int64)
+    aligned = a * pow10[width - length]
+    return ((~neg) * pow10[width] + aligned) * (width + 1) + length
+
+
 # ---------------------------------------------------------------------------
 # the algorithm
 # ---------------------------------------------------------------------------
@@ -425,7 +578,7 @@ class _Orderer:
     they use into local variables.
     """
 
-    def __init__(self, keys, deps, data, external, dep_sets, index):
+    def __init__(self, keys, deps, data, external, dep_sets, index, key_types=None):
         self.keys = keys
         self.deps = deps
         self.n = n = len(keys)
@@ -438,6 +591,10 @@ class _Orderer:
             is_data[j] = 1
         self.is_data = is_data
         self.data_idx = data
+        self.key_types = key_types  # set of the keys' types, if known
+        self.dep1 = None  # set by stats_numpy
+        self.csr = None  # edge arrays of deps, see edge_arrays
+        self.lor_np = None
 
     # -- dependency sets exactly as dask sees them ---------------------------
 
@@ -471,8 +628,12 @@ class _Orderer:
 
     def build_dependents(self):
         """Dependents of every task, in graph (= index) order, as dask's
-        ``reverse_dict`` inserts them."""
+        ``reverse_dict`` inserts them (tuples or lists; read only)."""
         n = self.n
+        if n >= NUMPY_MIN_TASKS:
+            dependents = self.dependents_numpy()
+            self.dependents_full = dependents
+            return dependents
         dependents = [[] for _ in range(n)]
         for i, d in enumerate(self.deps):
             if d:
@@ -483,6 +644,49 @@ class _Orderer:
                         dependents[j].append(i)
         self.dependents_full = dependents
         return dependents
+
+    def dependents_numpy(self):
+        """:meth:`build_dependents` from the edge arrays: one object array
+        filled per out-degree class, then turned into a list in C (most
+        tasks have one dependent: a 1-tuple made by ``zip``)."""
+        import numpy as np
+
+        lens, flat, tgt, dptr, outdeg = self.edge_arrays(self.deps)
+        self.csr = (lens, flat, tgt, dptr, outdeg)
+        n = self.n
+        obj = np.empty(n, dtype=object)
+        one = np.flatnonzero(outdeg == 1)
+        if one.size:
+            obj[one] = np.fromiter(zip(tgt[dptr[one]].tolist()), dtype=object, count=one.size)
+        zero = np.flatnonzero(outdeg == 0)
+        if zero.size:
+            obj[zero] = np.fromiter(repeat((), zero.size), dtype=object, count=zero.size)
+        many = np.flatnonzero(outdeg > 1)
+        if many.size:
+            tl = tgt.tolist()
+            cuts = map(slice, dptr[many].tolist(), dptr[many + 1].tolist())
+            obj[many] = np.fromiter(map(tl.__getitem__, cuts), dtype=object, count=many.size)
+        return obj.tolist()
+
+    def edge_arrays(self, pdeps):
+        """Edges as arrays: ``lens[i]`` dependencies of ``i``, listed in
+        ``flat`` (CSR, by task); ``tgt`` the dependents grouped by
+        dependency (graph order within a group), ``dptr`` their offsets,
+        ``outdeg`` their numbers."""
+        import numpy as np
+
+        n = self.n
+        i64 = np.int64
+        lens = np.fromiter(map(len, pdeps), dtype=i64, count=n)
+        ne = int(lens.sum())
+        flat = np.fromiter(chain.from_iterable(pdeps), dtype=i64, count=ne)
+        src = np.repeat(np.arange(n, dtype=i64), lens)
+        eorder = np.argsort(flat, kind="stable")
+        tgt = src[eorder]  # dependents, grouped by dependency
+        outdeg = np.bincount(flat, minlength=n).astype(i64)
+        dptr = np.zeros(n + 1, dtype=i64)
+        np.cumsum(outdeg, out=dptr[1:])
+        return lens, flat, tgt, dptr, outdeg
 
     def strip_data_nodes(self):
         """Remove data roots with several dependents and non-task leaves with
@@ -680,12 +884,24 @@ class _Orderer:
         roots = [i for i in alive_nodes if is_root[i]]
         leaves = [i for i in alive_nodes if is_leaf[i]]
         nrank = self.numeric_rank(alive_nodes, total, pdeps, cnt, maxdep, is_root)
-        # -1: no leaves below; an int: the one leaf below; else a set
+        # -1: no leaves below; >= 0: the one leaf below; <= -2: the set
+        # multi[-2 - code] of leaves below
         leafs_of_root: list = [-1] * n
+        multi: list = []
+        first_of: dict = {}  # one code per set object
         for r in roots:
             if not is_leaf[r]:
-                leafs_of_root[r] = lset[r]
-        return nrank, is_root, is_leaf, roots, leaves, leafs_of_root, cnt
+                s = lset[r]
+                if type(s) is int:
+                    leafs_of_root[r] = s
+                else:
+                    c = first_of.get(id(s))
+                    if c is None:
+                        c = first_of[id(s)] = len(multi)
+                        multi.append(s)
+                    leafs_of_root[r] = -2 - c
+        leaf_degree = [cnt[x] for x in leaves]
+        return nrank, is_root, is_leaf, roots, leaves, leafs_of_root, multi, leaf_degree
 
     def stats_numpy(self, pdeps, pdependents, alive):
         """The statistics of :meth:`stats_python`, level by level in numpy.
@@ -704,15 +920,12 @@ class _Orderer:
 
         n = self.n
         i64 = np.int64
-        lens = np.fromiter(map(len, pdeps), dtype=i64, count=n)
-        ne = int(lens.sum())
-        flat = np.fromiter(chain.from_iterable(pdeps), dtype=i64, count=ne)
-        src = np.repeat(np.arange(n, dtype=i64), lens)
-        eorder = np.argsort(flat, kind="stable")
-        tgt = src[eorder]  # dependents, grouped by dependency
-        outdeg = np.bincount(flat, minlength=n).astype(i64)
-        dptr = np.zeros(n + 1, dtype=i64)
-        np.cumsum(outdeg, out=dptr[1:])
+        if pdeps is self.deps and self.csr is not None:
+            lens, flat, tgt, dptr, outdeg = self.csr
+        else:
+            lens, flat, tgt, dptr, outdeg = self.edge_arrays(pdeps)
+        self.csr = None
+        ne = flat.size
         ptr = np.zeros(n + 1, dtype=i64)
         np.cumsum(lens, out=ptr[1:])
         if alive is None:
@@ -740,7 +953,13 @@ class _Orderer:
             e, _ = edges_of(frontier, dptr, outdeg)
             if not e.size:
                 break
-            u, cc = np.unique(tgt[e], return_counts=True)
+            if e.size * 8 > n:
+                # a big level: counting beats sorting
+                cc = np.bincount(tgt[e], minlength=n)
+                u = np.flatnonzero(cc)
+                cc = cc[u]
+            else:
+                u, cc = np.unique(tgt[e], return_counts=True)
             indeg[u] -= cc
             frontier = u[indeg[u] == 0]
             if not frontier.size:
@@ -821,17 +1040,15 @@ class _Orderer:
             b2 = int(nr.max()) + 1
             b3 = int(maxdep.max()) + 1
             if (int(total.max()) + 1) * b1 * b2 * b3 < 2**62:
-                key = ((total * b1 + lens) * b2 + nr) * b3 + (b3 - 1 - maxdep)
-                nrank = key.tolist()
+                nrank = ((total * b1 + lens) * b2 + nr) * b3 + (b3 - 1 - maxdep)
             else:
                 idx = np.lexsort((-maxdep, nr, lens, total))
                 k = np.stack([total, lens, nr, maxdep])[:, idx]
                 newgrp = np.empty(n, dtype=bool)
                 newgrp[0] = True
                 newgrp[1:] = (k[:, 1:] != k[:, :-1]).any(axis=0)
-                rank = np.empty(n, dtype=i64)
-                rank[idx] = np.cumsum(newgrp)
-                nrank = rank.tolist()
+                nrank = np.empty(n, dtype=i64)
+                nrank[idx] = np.cumsum(newgrp)
         else:
             # totals beyond int64: recompute them exactly in Python
             tot_py = [0] * n
@@ -887,15 +1104,37 @@ class _Orderer:
                     for s in parts:
                         acc.update(s)
                     lsets[x] = acc
-        # -1: no leaves below; an int: the one leaf below; else a set
+        # -1: no leaves below; >= 0: the one leaf below; <= -2: the set
+        # multi[-2 - code] of leaves below (roots above a splitter)
         lor = np.full(n, -1, dtype=i64)
         m = root_mask & ~leaf_mask
         lor[m] = rep[m]
-        leafs_of_root = lor.tolist()
+        multi: list = []
         if lsets:
-            for r in np.flatnonzero(m & splitters[rep]).tolist():
-                leafs_of_root[r] = lsets[leafs_of_root[r]]
-        return nrank, is_root, is_leaf, roots, leaves, leafs_of_root, cnt.tolist()
+            shared = m & splitters[rep]
+            sp_of = lor[shared]
+            uniq, inv = np.unique(sp_of, return_inverse=True)
+            # splitters often share one set object: one code per object
+            first_of: dict = {}
+            code_of = []
+            for x in uniq.tolist():
+                st = lsets[x]
+                c = first_of.get(id(st))
+                if c is None:
+                    c = first_of[id(st)] = len(multi)
+                    multi.append(st)
+                code_of.append(c)
+            lor[shared] = -2 - np.asarray(code_of, dtype=i64)[inv.reshape(-1)]
+        leafs_of_root = lor.tolist()
+        self.lor_np = lor
+        leaf_degree = cnt[leaf_mask].tolist()
+        # the one dependent of each task that has exactly one, else -1
+        one = np.full(n, -1, dtype=i64)
+        if ne:
+            single = np.flatnonzero(single_out)
+            one[single] = tgt[dptr[single]]
+        self.dep1 = array("q", one.tobytes())
+        return nrank, is_root, is_leaf, roots, leaves, leafs_of_root, multi, leaf_degree
 
     def raise_cycle(self, pdeps, done, alive_nodes):
         """Find one cycle among the tasks Kahn's algorithm could not order
@@ -992,49 +1231,66 @@ class _Orderer:
             st = self.stats_numpy(pdeps, pdependents, alive)
         if st is None:
             st = self.stats_python(pdeps, pdependents, alive_nodes)
-        nrank, is_root, is_leaf, roots, leaves, leafs_of_root, leaf_degree = st
+        nrank, is_root, is_leaf, roots, leaves, leafs_of_root, multi, leaf_degree = st
         del st
+        dep1 = self.dep1
+        if dep1 is None:
+            dep1 = array("q", [ds[0] if len(ds) == 1 else -1 for ds in pdependents])
+        lor_np = self.lor_np
+        # dask's whole sort key (numeric part, then str(key)) as one integer
+        # per task where that is cheap (see full_rank); else str(key) is
+        # looked at lazily, only where numeric keys tie.
+        rank = None
+        if n >= NUMPY_MIN_TASKS:
+            rank = self.full_rank(nrank, alive_nodes if alive is not None else None)
+        if rank is not None:
+            del nrank
+            skey = rank.__getitem__
+            smax = partial(max, key=skey)
+            ssorted = partial(sorted, key=skey)
+        else:
+            if type(nrank) is not list:
+                nrank = nrank.tolist()
+            tk: list = [None] * n  # (numeric rank, str(key)), filled lazily
 
-        tk: list = [None] * n  # (numeric rank, str(key)), filled lazily
+            def skey(x):
+                """dask's sort key, with the numeric part pre-ranked."""
+                t = tk[x]
+                if t is None:
+                    t = tk[x] = (nrank[x], str(keys[x]))
+                return t
 
-        def skey(x):
-            """dask's sort key, with the numeric part pre-ranked."""
-            t = tk[x]
-            if t is None:
-                t = tk[x] = (nrank[x], str(keys[x]))
-            return t
+            def smax(items):
+                """max by dask's sort key."""
+                best = -1
+                bv = -1
+                tie = False
+                for x in items:
+                    v = nrank[x]
+                    if v > bv:
+                        best = x
+                        bv = v
+                        tie = False
+                    elif v == bv:
+                        tie = True
+                if tie:
+                    return max([x for x in items if nrank[x] == bv], key=skey)
+                return best
 
-        def smax(items):
-            """max by dask's sort key."""
-            best = -1
-            bv = -1
-            tie = False
-            for x in items:
-                v = nrank[x]
-                if v > bv:
-                    best = x
-                    bv = v
-                    tie = False
-                elif v == bv:
-                    tie = True
-            if tie:
-                return max([x for x in items if nrank[x] == bv], key=skey)
-            return best
-
-        def ssorted(items):
-            """sorted by dask's sort key."""
-            if len(items) < 2:
-                return list(items)
-            r = [nrank[x] for x in items]
-            if len(set(r)) == len(r):
-                return sorted(items, key=nrank.__getitem__)
-            for x in items:
-                if tk[x] is None:
-                    tk[x] = (nrank[x], str(keys[x]))
-            return sorted(items, key=tk.__getitem__)
+            def ssorted(items):
+                """sorted by dask's sort key."""
+                if len(items) < 2:
+                    return list(items)
+                r = [nrank[x] for x in items]
+                if len(set(r)) == len(r):
+                    return sorted(items, key=nrank.__getitem__)
+                for x in items:
+                    if tk[x] is None:
+                        tk[x] = (nrank[x], str(keys[x]))
+                return sorted(items, key=tk.__getitem__)
 
         # symmetric / reduction test -> direction of the static leaf list
-        longest_path = self.use_longest_path(roots, leaves, leafs_of_root)
+        longest_path = self.use_longest_path(roots, leaves, leafs_of_root, multi)
         leaves_sorted = sorted(leaves, key=skey)
         leafrank = {}
         for r, x in enumerate(leaves_sorted):
@@ -1049,10 +1305,9 @@ class _Orderer:
         maxd = len(alive_nodes)
         min_deg = maxd
         n_in_buckets = 0
-        for x in leaves:
+        for x, d in zip(leaves, leaf_degree):
             if is_root[x]:
                 continue
-            d = leaf_degree[x]
             deg[x] = d
             bcount[d] = bcount.get(d, 0) + 1
             n_in_buckets += 1
@@ -1067,14 +1322,13 @@ class _Orderer:
         n_ext = self.external
         runnable: list = []
         krp: dict = {}
-        # ``i`` counts every task put into the result, external keys
-        # included; ``base`` adds the removed leaves, so ``i + base`` is
-        # len(result) in dask. External keys do not consume a priority in
-        # dask: we record the raw numbers they took and shift later ones
-        # down at the end.
-        i = 0
+        # the tasks in the order they are run, external keys and stripped
+        # data roots included; ``len(result) + base`` (the removed leaves)
+        # is len(result) in dask. Priorities are given at the end; external
+        # keys do not consume one.
+        result: list = []
+        result_append = result.append
         base = nres
-        ext_raw: list = []
         nreach = 0
         in_buckets = n_in_buckets
         expected = n - base
@@ -1088,22 +1342,18 @@ class _Orderer:
         def add_data_root(r):
             """Emit a removed data root right before the task needing it
             (after the data roots it needs itself, in legacy graphs)."""
-            nonlocal i
             if inres[r]:
                 return
             if r in requires:
                 for r2 in requires.pop(r):
                     add_data_root(r2)
-            prio[r] = i
+            result_append(r)
             inres[r] = 1
-            if r >= n - n_ext:
-                ext_raw.append(i)
-            i += 1
 
         def add_to_result(x):
             """Give ``x`` the next priority, follow single dependents
             eagerly and queue other newly runnable dependents."""
-            nonlocal i, nreach, min_deg, in_buckets
+            nonlocal nreach
             while True:
                 rhull[x] = 0
                 if reach[x]:
@@ -1114,60 +1364,22 @@ class _Orderer:
                 if requires and x in requires:
                     for r in requires.pop(x):
                         add_data_root(r)
-                prio[x] = i
+                result_append(x)
                 inres[x] = 1
-                if n_ext and x >= n - n_ext:
-                    ext_raw.append(i)
-                i += 1
-                lr = leafs_of_root[x]
-                if lr != -1:
-                    for leaf in (lr,) if type(lr) is int else lr:
-                        if inres[leaf]:
-                            continue
-                        d = deg[leaf]
-                        bcount[d] -= 1
-                        d1 = d - 1
-                        deg[leaf] = d1
-                        if d1:
-                            bcount[d1] = bcount.get(d1, 0) + 1
-                            rk = leafrank[leaf]
-                            h = heap_all.get(d1)
-                            if h is None:
-                                heap_all[d1] = [rk]
-                            else:
-                                heappush(h, rk)
-                            if reach[leaf]:
-                                h = heap_reach.get(d1)
-                                if h is None:
-                                    heap_reach[d1] = [rk]
-                                else:
-                                    heappush(h, rk)
-                            if d1 < min_deg:
-                                min_deg = d1
-                        else:
-                            in_buckets -= 1
-                            if not bcount[d]:
-                                if not in_buckets:
-                                    min_deg = maxd
-                                else:
-                                    md = min_deg
-                                    while md != maxd and not bcount.get(md):
-                                        md += 1
-                                    min_deg = md
-                ds = pdependents[x]
-                if len(ds) == 1:
-                    y = ds[0]
+                y = dep1[x]
+                if y >= 0:
                     c = nn[y] - 1
                     nn[y] = c
                     if not reach[y]:
                         reach[y] = 1
                         nreach += 1
-                        if is_leaf[y] and deg[y]:
-                            heappush(heap_reach.setdefault(deg[y], []), leafrank[y])
+                        if is_leaf[y]:
+                            reached_leaves_append(y)
                     if c:
                         return
                     x = y
                     continue
+                ds = pdependents[x]
                 if not ds:
                     return
                 newly = []
@@ -1177,8 +1389,8 @@ class _Orderer:
                     if not reach[y]:
                         reach[y] = 1
                         nreach += 1
-                        if is_leaf[y] and deg[y]:
-                            heappush(heap_reach.setdefault(deg[y], []), leafrank[y])
+                        if is_leaf[y]:
+                            reached_leaves_append(y)
                     if not c:
                         newly.append(y)
                 if newly:
@@ -1270,7 +1482,7 @@ class _Orderer:
             if len(pend) <= 1:
                 return pend
             s = self.cur_set(item)
-            if (len(s) >> 2) > i + base:
+            if (len(s) >> 2) > len(result) + base:
                 # CPython copies the set and discards the done keys
                 res = s.difference([keys[j] for j in d if inres[j]])
                 m = {keys[j]: j for j in pend}
@@ -1280,8 +1492,90 @@ class _Orderer:
             res = {k for k in s if not inres[m[k]]}
             return [m[k] for k in res]
 
+        # Leaf degrees are read only when a target is chosen, while a root
+        # runs for nearly every task: running a root only notes its leaves
+        # (code as in ``leafs_of_root``), and newly reached leaves are noted;
+        # both are applied here, once per leaf, before a choice needs them.
+        # Entries of heap_all[d] / heap_reach[d] are leaf ranks, valid while
+        # the leaf's degree is still d (degrees only go down).
+        reached_leaves: list = []
+        reached_leaves_append = reached_leaves.append
+        applied = 0  # result[:applied] has been accounted for
+
+        def apply_degrees():
+            nonlocal min_deg, in_buckets, applied
+            if len(result) > applied:
+                dec = ran_roots_since(applied)
+                applied = len(result)
+            else:
+                dec = None
+            if dec:
+                if multi:
+                    for code in [c for c in dec if c < -1]:
+                        times = dec.pop(code)
+                        for leaf in multi[-2 - code]:
+                            dec[leaf] = dec.get(leaf, 0) + times
+                md = min_deg
+                for leaf, times in dec.items():
+                    d = deg[leaf]
+                    bcount[d] -= 1
+                    d1 = d - times
+                    deg[leaf] = d1
+                    if d1:
+                        bcount[d1] = bcount.get(d1, 0) + 1
+                        rk = leafrank[leaf]
+                        h = heap_all.get(d1)
+                        if h is None:
+                            heap_all[d1] = [rk]
+                        else:
+                            heappush(h, rk)
+                        if reach[leaf]:
+                            h = heap_reach.get(d1)
+                            if h is None:
+                                heap_reach[d1] = [rk]
+                            else:
+                                heappush(h, rk)
+                        if d1 < md:
+                            md = d1
+                    else:
+                        in_buckets -= 1
+                if not in_buckets:
+                    md = maxd
+                elif not bcount.get(md):
+                    # buckets below md are empty: find the lowest filled one
+                    for _ in range(64):
+                        md += 1
+                        if bcount.get(md):
+                            break
+                    else:
+                        md = min([b for b, c in bcount.items() if c])
+                min_deg = md
+            if reached_leaves:
+                for y in reached_leaves:
+                    d = deg[y]
+                    if d and reach[y]:
+                        heappush(heap_reach.setdefault(d, []), leafrank[y])
+                reached_leaves.clear()
+
+        def ran_roots_since(start):
+            """Leaf code (as in ``leafs_of_root``) -> number of roots among
+            ``result[start:]`` with that code."""
+            chunk = result[start:]
+            if lor_np is not None and len(chunk) > 512:
+                import numpy as np
+
+                codes = lor_np[np.asarray(chunk, dtype=np.int64)]
+                codes = codes[codes != -1]
+                u, c = np.unique(codes, return_counts=True)
+                return dict(zip(u.tolist(), c.tolist()))
+            dec = Counter(map(leafs_of_root.__getitem__, chunk))
+            dec.pop(-1, None)
+            return dec
+
         def get_target():
             """Next leaf to aim the critical path at (see module doc)."""
+            if nreach:
+                apply_degrees()
             if nreach and min_deg != maxd:
                 md = min_deg
                 h = heap_reach.get(md)
@@ -1305,7 +1599,7 @@ class _Orderer:
         pop = cp.pop
         push = cp.append
         extend = cp.extend
-        while i < expected:
+        while len(result) < expected:
             target = get_target()
             push(target)
             d = pdeps[target]
@@ -1347,9 +1641,18 @@ class _Orderer:
                             push(k)
                             j = k
                         continue
-                    pend = [j for j in d if not inres[j]]
-                    if len(pend) > 1:
-                        pend = ssorted(pend)
+                    if nn[item] == len(d):
+                        # nothing of ``d`` has run (nn counts what has not)
+                        pend = ssorted(d)
+                    else:
+                        pend = [j for j in d if not inres[j]]
+                        if len(pend) > 1:
+                            pend = ssorted(pend)
+                    if not krp:
+                        if len(pend) > 1:
+                            walked_back = True
+                        extend(pend)
+                        continue
                     unknown = [j for j in pend if j not in krp]
                     if len(unknown) > 1:
                         walked_back = True
@@ -1365,20 +1668,18 @@ class _Orderer:
                 add_to_result(item)
             if runnable:
                 process_runnables()
-        if ext_raw:
-            # undo the numbers external keys took
-            from bisect import bisect_left
+        if n_ext:
+            # external keys take no priority of their own
+            result = [x for x in result if x < n - n_ext]
+        if n >= NUMPY_MIN_TASKS:
+            import numpy as np
 
-            for x in alive_nodes:
-                p = prio[x]
-                if p >= 0 and x < n - n_ext:
-                    prio[x] = p - bisect_left(ext_raw, p)
-            if stripped:
-                fixed = {x for x, _ in self.removed_leaf_prio}
-                for x in range(n - n_ext):
-                    if not alive[x] and x not in fixed:
-                        p = prio[x]
-                        prio[x] = p - bisect_left(ext_raw, p)
+            p = np.asarray(prio, dtype=np.int64)
+            p[np.asarray(result, dtype=np.int64)] = np.arange(len(result), dtype=np.int64)
+            prio = p.tolist()
+        else:
+            for k, x in enumerate(result):
+                prio[x] = k
         return prio
 
     def numeric_rank(self, alive_nodes, total, pdeps, cnt, maxdep, is_root):
@@ -1429,7 +1730,65 @@ class _Orderer:
             rank[i] = r
         return rank
 
-    def use_longest_path(self, roots, leaves, leafs_of_root):
+    def full_rank(self, nrank, alive_nodes):
+        """Position of every task in the order of dask's complete sort key
+        (the numeric part ``nrank``, then ``str(key)``), or None.
+
+        Where numeric keys tie, ``str(key)`` decides. For the keys dask
+        collections use, tuples ``(name, i, ...)`` of str, int and float,
+        the order of their ``str`` follows from integer columns computed in
+        bulk (see :func:`_str_order_columns`) without building any string;
+        then the walk compares plain integers. For other keys (e.g. str
+        keys, whose order needs real string comparisons) we return None and
+        the walk compares ``str`` lazily, only where it has to.
+        ``alive_nodes`` None means all tasks; other tasks get arbitrary
+        ranks (never compared).
+        """
+        if self.key_types is not None and tuple not in self.key_types:
+            return None  # (no tuple keys: the columns cannot apply)
+        import numpy as np
+
+        n = self.n
+        keys = self.keys
+        k = np.asarray(nrank, dtype=np.int64)
+        if alive_nodes is None:
+            nodes = np.argsort(k, kind="stable")
+        else:
+            al = np.asarray(alive_nodes, dtype=np.int64)
+            nodes = al[np.argsort(k[al], kind="stable")]
+        ks = k[nodes]
+        eq = ks[1:] == ks[:-1]
+        tied = np.zeros(nodes.size, dtype=bool)
+        tied[1:] = eq
+        tied[:-1] |= eq
+        if tied.any():
+            members = nodes[tied]  # grouped by numeric key, groups in order
+            cols = _str_order_columns(itemgetter(*members.tolist())(keys), np)
+            if cols is None:
+                return None
+            gk = ks[tied]
+            group = np.zeros(members.size, dtype=np.int64)
+            np.cumsum(gk[1:] != gk[:-1], out=group[1:])
+            # one integer per member if the columns fit, else lexsort
+            cols.insert(0, group)
+            width = 1
+            for c in cols:
+                width *= int(c.max()) + 1
+            if width < 2**63:
+                packed = cols[0]
+                for c in cols[1:]:
+                    packed = packed * (int(c.max()) + 1) + c
+                # (runs are often presorted: timsort finds them)
+                within = np.argsort(packed, kind="stable")
+            else:
+                within = np.lexsort(cols[::-1])
+            nodes[tied] = members[within]
+        rank = np.zeros(n, dtype=np.int64)
+        rank[nodes] = np.arange(nodes.size, dtype=np.int64)
+        # a flat array: looking a rank up touches no int object
+        return array("q", rank.tobytes())
+
+    def use_longest_path(self, roots, leaves, leafs_of_root, multi):
         """dask's choice of leaf-list direction: reductions and symmetric
         graphs go largest-leaf first.
 
@@ -1445,9 +1804,9 @@ class _Orderer:
         def size(r):
             """Number of leaves below root ``r`` (0 for an isolated task)."""
             s = leafs_of_root[r]
-            if type(s) is int:
+            if s >= -1:
                 return 0 if s == -1 else 1
-            return len(s)
+            return len(multi[-2 - s])
 
         sizes = {size(r) for r in roots}
         nonzero = sizes - {0}
