@@ -34,7 +34,7 @@ from distributed.scheduler import _materialize_graph
 from distributed.utils import offload
 from distributed.core import error_message
 
-from slimgraph import config, gcpause, staging
+from slimgraph import config, disposal, gcpause, staging, switching
 from slimgraph.ingest import (
     GraphIndex,
     Ingestion,
@@ -123,6 +123,7 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
         ext = get_extension(self)
         token = ext.begin(rec)
         policy = gc_policy.enter()
+        switching.hold(config.get("switch-interval"))
         status, error = "OK", None
         try:
             with rec.phase("deserialize", where="offload"):
@@ -197,6 +198,14 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
                     "status": "OK",
                 },
             )
+            # a million-entry index, order and staging lists: freed in a
+            # worker thread, in steps, not in one cascade on the event loop
+            ing = sub.ingestion
+            garbage = disposal.big(
+                *index.temporaries(), priorities, *(ing.temporaries() if ing else ())
+            )
+            del index, priorities, sub, ing
+            await offload(disposal.drain, garbage)
         except Exception as e:
             status, error = "error", f"{type(e).__name__}: {e}"
             self.log_event(
@@ -216,6 +225,7 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
                 )
         finally:
             gc_policy.exit(policy, rec.new_tasks)
+            switching.release()
             self._active_graph_updates -= 1
             ext.finish(rec, token, status=status, error=error)
             self.digest_metric("update-graph-duration", time() - start)
@@ -225,7 +235,7 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
         None: not stageable, or the state changed meanwhile; ingest synchronously."""
         if not config.get("staging") or staging.refusal(self, sub) is not None:
             return None
-        ing = staging.StagedIngestion(self, sub, rec)
+        ing = sub.ingestion = staging.StagedIngestion(self, sub, rec)
         if not await offload(ing.build) or not ing.still_valid():
             return None
         client_msgs: dict = {}
@@ -241,7 +251,7 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
 
     def ingest(self, sub: Submission, rec: SubmissionRecord) -> dict:
         """Phases 4-7 (synchronous): state in, state out, messages sent."""
-        ing = Ingestion(self, sub, rec)
+        ing = sub.ingestion = Ingestion(self, sub, rec)
         with rec.phase("task_states") as p:
             ing.task_states()
             p.tasks = len(ing.touched)

@@ -79,6 +79,10 @@ class GraphIndex:
     outside: list  # requested/needed keys that are not in dsk
     edges: int = 0
 
+    def temporaries(self) -> list:
+        """Its big containers, which nothing outlives it (see slimgraph.disposal)."""
+        return [self.dsk, self.keys, self.pos, self.deps, self.external, self.reached]
+
 
 def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
     """Number the graph and find what the requested keys reach.
@@ -156,6 +160,18 @@ def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
     return GraphIndex(dsk, keys, pos, deps, external, reached, outside, n_edges)
 
 
+def _in_index_order(indices: list, n: int) -> Any:
+    """``sorted(indices)`` for distinct indices below ``n``, without one long
+    C-level sort (it holds the GIL: 0.2 s for a million, a stall for the
+    event loop even when a worker thread sorts)."""
+    if len(indices) == n:
+        return range(n)
+    mask = bytearray(n)
+    for i in indices:
+        mask[i] = 1
+    return [i for i in range(n) if mask[i]]
+
+
 def _all_ints(k: tuple) -> bool:
     for x in k[1:]:
         if type(x) is not int:
@@ -203,6 +219,8 @@ class Submission:
     fifo_timeout: Any = 0.0
     code: tuple = ()
     span_metadata: Any = None
+    #: the Ingestion that took it (its temporaries are freed afterwards)
+    ingestion: Any = None
 
 
 def lost_keys(state: Any, index: GraphIndex) -> list:
@@ -230,6 +248,10 @@ class Ingestion:
         self.by_index: list = [None] * len(sub.index.keys)
         self.collisions = 0
         self.keys_with_annotations: set = set()
+
+    def temporaries(self) -> list:
+        """Big containers only this ingestion holds (see slimgraph.disposal)."""
+        return [self.by_index, self.new, self.touched]
 
     # -- phase 4 -----------------------------------------------------------
     def task_states(self) -> None:
@@ -312,7 +334,7 @@ class Ingestion:
         by_index = self.by_index
         new = self.new
         live = self.live
-        fresh_spec.sort()
+        fresh_spec = _in_index_order(fresh_spec, len(by_index))
         # Edges, in bulk: each new task's dependencies become one compact
         # container, added in the order stock adds them (the graph's
         # dependency frozenset order); dependents are collected in graph

@@ -125,6 +125,12 @@ class StagedIngestion(Ingestion):
         # queue sequence numbers, reserved on the loop before the build
         self.seq_base = state.queued.reserve(len(sub.index.reached))
 
+    def temporaries(self) -> list:
+        # not queued_sorted / queued_members / log_tail: the scheduler's queue
+        # and log may have adopted them
+        out = super().temporaries()
+        return [*out, self.tasks, self.queued_in_visit_order, self.queued_at_entry, self.stock_candidates]
+
     # -- off the event loop ----------------------------------------------
     def build(self) -> bool:
         """Runs in a worker thread. False: not stageable after all."""

@@ -117,3 +117,31 @@ def test_freeze_policy_lasts_until_the_scheduler_is_idle():
         asyncio.run(body())
     finally:
         gc.unfreeze()
+
+
+def test_switch_interval_holds_are_counted_and_restored():
+    import sys
+
+    from slimgraph import switching
+
+    before = sys.getswitchinterval()
+    switching.hold(0.0005)
+    switching.hold(0.0005)  # a second ingestion overlaps
+    assert sys.getswitchinterval() == pytest.approx(0.0005)
+    switching.release()
+    assert sys.getswitchinterval() == pytest.approx(0.0005), "one still in flight"
+    switching.release()
+    assert sys.getswitchinterval() == before and switching.holds() == 0
+    with pytest.raises(RuntimeError):
+        switching.release()
+
+
+def test_drain_empties_containers_in_steps():
+    from slimgraph import disposal
+
+    lst, dct, st = list(range(50_001)), {i: i for i in range(45_000)}, set(range(30_000))
+    small = [1, 2]
+    chosen = disposal.big(lst, dct, st, small, None)
+    assert len(chosen) == 3 and all(c is x for c, x in zip(chosen, (lst, dct, st)))
+    disposal.drain(chosen)
+    assert chosen == [] and lst == [] and dct == {} and st == set() and small == [1, 2]
