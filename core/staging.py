@@ -54,7 +54,7 @@ from distributed.scheduler import Computation, TaskGroup, TaskPrefix
 from slimgraph.ingest import Ingestion, NotStageable, Submission, _interested_plugins
 from slimgraph.keys import NameResolver
 from slimgraph.phases import SubmissionRecord
-from slimgraph.queue import _sort_key
+from slimgraph.queue import TaskQueue, _sort_key
 from slimgraph.taskstate import SlimTaskState, count_into_groups, sorted_by_priority
 
 #: Extra transition-log entries kept by a build: a root-ish task sent to a
@@ -80,15 +80,9 @@ def refusal(state: Any, sub: Submission) -> str | None:
         return "span annotations"
     if _listeners(state):
         return "plugins listen to update_graph or to these transitions"
-    if not isinstance(state.queued, _queue_type()):
+    if not isinstance(state.queued, TaskQueue):
         return "queue is not a TaskQueue"
     return None
-
-
-def _queue_type() -> type:
-    from slimgraph.queue import TaskQueue
-
-    return TaskQueue
 
 
 def _listeners(state: Any) -> bool:
@@ -354,7 +348,11 @@ class StagedIngestion(Ingestion):
         # Ready tasks, in the order the synchronous replay visits them: the
         # noted ones always go through distributed's transition; queued
         # root-ish ones do too while a worker is idle (it takes them).
-        captured: list = []  # (log position, entries the build assumed, entries made)
+        # the log's tail as the build made it covers entries [start, n_entries)
+        tail = self.log_tail
+        start = self.n_entries - len(tail)
+        captured: list = []  # in the tail: (log position, entries assumed, entries made)
+        assumed_total = 0  # entries the build counted for tasks sent here instead
         log = st.transition_log
         st.transition_log = capture = []
         try:
@@ -367,7 +365,7 @@ class StagedIngestion(Ingestion):
                     pos, assumed = at[qi], 2
                     qi += 1
                     members.discard(ts)
-                    _count(ts.group, "queued", "waiting", undo=True)
+                    _unqueue_count(ts.group)
                     ts._state = "waiting"
                 elif nxt_other is not None:
                     pos, ts = others[ni]
@@ -376,28 +374,27 @@ class StagedIngestion(Ingestion):
                 else:
                     break
                 st._transitions({ts.key: "processing"}, client_msgs, worker_msgs, sid)
-                captured.append((pos, assumed, capture[:]))
+                assumed_total += assumed
+                if pos >= start:
+                    captured.append((pos, assumed, capture[:]))
                 capture.clear()
         finally:
             st.transition_log = log
         st.queued.merge_staged(members, self.queued_sorted, self.seq_base, len(self.sub.index.reached))
         # the log: the build's tail with the entries of the tasks above
-        tail = self.log_tail
-        start = self.n_entries - len(tail)
-        subs = [c for c in captured if c[0] >= start]
-        if not subs:
+        if not captured:
             log.extend(tail)
         else:
             items = list(tail)
             out: list = []
             cur = start
-            for pos, assumed, made in subs:
+            for pos, assumed, made in captured:
                 out.extend(items[cur - start : pos - start])
                 out.extend(made)
                 cur = pos + assumed
             out.extend(items[cur - start :])
             log.extend(out)
-        st.transition_counter += self.n_entries - sum(c[1] for c in captured)
+        st.transition_counter += self.n_entries - assumed_total
 
 
 class LiveGroup:
@@ -448,19 +445,16 @@ class LiveGroup:
         tg.dependencies |= self.dependencies
 
 
-def _count(tg: Any, old: str, new: str, undo: bool = False) -> None:
-    """Move one task's count from ``old`` to ``new`` in its group and prefix.
-    ``undo``: the move reverses one the build made (the prefix's cumulative
-    ``state_counts`` forget it)."""
-    tg.states[old] -= 1
-    tg.states[new] += 1
+def _unqueue_count(tg: Any) -> None:
+    """Undo the build's waiting -> queued count of one task (it goes to a
+    worker instead): back to waiting in its group and prefix, and out of the
+    prefix's cumulative ``state_counts``."""
+    tg.states["queued"] -= 1
+    tg.states["waiting"] += 1
     tp = tg.prefix
-    tp.states[old] -= 1
-    tp.states[new] += 1
-    if undo:
-        tp.state_counts[old] -= 1
-    else:
-        tp.state_counts[new] += 1
+    tp.states["queued"] -= 1
+    tp.states["waiting"] += 1
+    tp.state_counts["queued"] -= 1
 
 
 def _merge_prefix(real: TaskPrefix, private: TaskPrefix) -> None:
