@@ -202,7 +202,7 @@ class StagedIngestion(Ingestion):
         for key in [k for k in per_group if k in live]:
             live[key].add(per_group.pop(key)[1])
         count_into_groups(per_group)  # private groups and prefixes
-        self._build_edges(list(idx.reached))
+        self._build_edges(idx.reached)  # read only: no copy
 
     def projected_rootish(self, ts: SlimTaskState) -> bool:
         """``SchedulerState.is_rootish`` as it will be once the scheduler's
