@@ -248,10 +248,13 @@ class Ingestion:
         self.by_index: list = [None] * len(sub.index.keys)
         self.collisions = 0
         self.keys_with_annotations: set = set()
+        # big per-phase scratch, kept until disposal rather than freed in
+        # one cascade when the phase returns
+        self.scratch: list = []
 
     def temporaries(self) -> list:
         """Big containers only this ingestion holds (see slimgraph.disposal)."""
-        return [self.by_index, self.new, self.touched]
+        return [self.by_index, self.new, self.touched, *self.scratch]
 
     # -- phase 4 -----------------------------------------------------------
     def task_states(self) -> None:
@@ -408,6 +411,7 @@ class Ingestion:
                 if type(ts.dependencies) is not set:
                     ts.dependencies = set(ts.dependencies)
         self.edges = n_edges
+        self.scratch += (dependents, single, fresh_spec)
 
     @staticmethod
     def _add_dependents(dts: SlimTaskState, lst: list, lazy: bool) -> None:

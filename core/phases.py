@@ -104,6 +104,25 @@ class PhaseRecord:
     #: Where the phase ran: "event-loop" (blocks the scheduler) or "offload"
     #: (distributed's offload thread, which still holds the GIL).
     where: str = "event-loop"
+    #: Longest event-loop block that overlapped this phase (seconds), when a
+    #: loop monitor was attached: says which phase a long block came from.
+    longest_block_s: float | None = None
+
+    def __post_init__(self) -> None:
+        # perf_counter (start, end) of each run of the phase; not a field, so
+        # it stays out of rows and JSON
+        self.spans: list = []
+
+    def longest_overlap(self, blocks: Any) -> float:
+        """Longest part of any ``(end, duration)`` block inside this phase."""
+        best = 0.0
+        for end, dur in blocks:
+            start = end - dur
+            for a, b in self.spans:
+                overlap = min(end, b) - max(start, a)
+                if overlap > best:
+                    best = overlap
+        return best
 
 
 class PhaseClock:
@@ -129,7 +148,9 @@ class PhaseClock:
 
     def __exit__(self, *exc: Any) -> None:
         r = self.record
-        r.wall_s += time.perf_counter() - self._w
+        now = time.perf_counter()
+        r.spans.append((self._w, now))
+        r.wall_s += now - self._w
         r.cpu_s += time.thread_time() - self._c
         w = gc_watch()
         r.gc_s += w.seconds - self._gs

@@ -2,6 +2,8 @@
 
 ``python -m slimgraph.bench.child PAYLOAD KIND OUT [--tracemalloc]``
 
+KIND ``floor`` measures the limits of :mod:`slimgraph.bench.floor` instead.
+
 Starts a scheduler of the given kind (no workers, no dashboard), replays
 the pickled update-graph payload into ``update_graph`` and writes a JSON
 with the phase record, RSS growth, optionally tracemalloc's retained bytes,
@@ -69,6 +71,7 @@ async def _run(payload_path: str, kind: str, trace: bool, hooks: bool = True) ->
             "total_seconds": rec.total_s,
             "wall_seconds": wall,
             "longest_block_seconds": rec.longest_block_s,
+            "phase_blocks": {p.name: p.longest_block_s for p in rec.phases},
             "rss_bytes_per_task": (rss1 - rss0) / max(ntasks, 1),
             "tracemalloc_bytes_per_task": None if traced is None else traced / max(ntasks, 1),
             "state_bytes_per_task": split,
@@ -94,6 +97,12 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     payload, kind, out = argv[:3]
     trace = "--tracemalloc" in argv
+    if kind == "floor":
+        from slimgraph.bench.floor import load_and_measure
+
+        with open(out, "w") as f:
+            json.dump(load_and_measure(payload), f)
+        return
     result = asyncio.run(_run(payload, kind, trace, hooks="--no-hooks" not in argv))
     with open(out, "w") as f:
         json.dump(result, f)

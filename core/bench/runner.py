@@ -8,11 +8,20 @@ JSON schema written by ``--json PATH`` (also documented in the README)::
       "config": {"slimgraph.ordering": "fast", ...},
       "stock": RUN, "slim": RUN,
       "ratios": {"total": stock/slim, "owned_phases": ..., "order": ...,
-                 "rss_bytes_per_task": ..., "engine_bytes_per_task": ...}
+                 "rss_bytes_per_task": ..., "engine_bytes_per_task": ...},
+      "floor": {"tasks", "dask_rss_bytes_per_task", "bare_loop_seconds",
+                "deserialize_stall_seconds", "materialize_stall_seconds"}
     }
+
+``floor`` (absent with ``--no-floor``) holds the limits of
+:mod:`slimgraph.bench.floor`: RSS growth of dask's deserialize and
+materialize alone, the time of a bare CPython loop that builds the fewest
+possible task objects and edges, and the longest stall dask's deserialize
+and materialize cause to another thread when they run in a worker thread.
 
     RUN = {"phases": {name: seconds}, "phases_cpu": {...}, "total_seconds",
            "wall_seconds", "gc_seconds", "longest_block_seconds",
+           "phase_blocks": {name: longest block overlapping the phase},
            "rss_bytes_per_task", "tracemalloc_bytes_per_task" (or null),
            "state_bytes_per_task": {"engine", "total", "<tree node>": ...},
            "tasks", "edges"}
@@ -49,7 +58,7 @@ def _progress(label: str, proc: subprocess.Popen, every: float = 10.0) -> None:
         sys.stderr.write(f"\r  {label}: done in {time.monotonic() - t0:.1f} s      \n")
 
 
-def run_child(payload: str, kind: str, trace: bool) -> dict:
+def run_child(payload: str, kind: str, trace: bool = False) -> dict:
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     cmd = [sys.executable, "-m", "slimgraph.bench.child", payload, kind, out]
@@ -80,7 +89,7 @@ def owned(run: dict) -> float:
 
 
 def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: bool | None = None,
-          kinds: tuple = ("stock", "slim")) -> dict:
+          kinds: tuple = ("stock", "slim"), floor: bool = True) -> dict:
     import dask
     import distributed
 
@@ -109,6 +118,7 @@ def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: 
             if tracemalloc:
                 traced = run_child(path, kind, trace=True)
                 runs[kind]["tracemalloc_bytes_per_task"] = traced["tracemalloc_bytes_per_task"]
+        limits = run_child(path, "floor") if floor else None
     finally:
         os.unlink(path)
     first = runs[kinds[0]]
@@ -125,6 +135,8 @@ def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: 
         "config": {f"slimgraph.{k}": config.get(k) for k in ("ordering", "gc", "lazy-containers")},
         **runs,
     }
+    if limits is not None:
+        result["floor"] = limits
     if "stock" in runs and "slim" in runs:
         s, m = runs["stock"], runs["slim"]
         result["ratios"] = {
@@ -200,7 +212,36 @@ def format_table(result: dict) -> str:
     blocks = [result[k].get("longest_block_seconds") for k in kinds]
     lines.append("")
     lines.append(f"{'longest loop block':<20}" + "".join(f"{_fmt(b, '.3f') + ' s':>27}" for b in blocks))
+    lines.append(f"{'  most of it in':<20}" + "".join(f"{_block_phase(result[k]):>27}" for k in kinds))
+    if result.get("floor"):
+        lines += ["", *format_floor(result)]
     return "\n".join(lines)
+
+
+def _block_phase(run: dict) -> str:
+    """The phase in which the run's longest loop block happened."""
+    blocks = {p: b for p, b in (run.get("phase_blocks") or {}).items() if b}
+    if not blocks:
+        return "-"
+    name = max(blocks, key=blocks.get)
+    return f"{name} ({blocks[name]:.3f} s)"
+
+
+def format_floor(result: dict) -> list:
+    """The limits (slimgraph.bench.floor) beside the issues' targets."""
+    fl = result["floor"]
+    n = max(fl["tasks"], 1)
+    out = ["limits, same submission, fresh process (slimgraph.bench.floor)"]
+    out.append(f"  dask deserialize+materialize alone: RSS growth {fl['dask_rss_bytes_per_task']:,.0f} B/task")
+    out.append(f"  bare CPython task objects + edges:  {fl['bare_loop_seconds']:.3f} s "
+               f"({fl['bare_loop_seconds'] / n * 1e6:.2f} us/task)")
+    out.append(f"  another thread stalled by dask:     deserialize {fl['deserialize_stall_seconds']:.3f} s, "
+               f"materialize {fl['materialize_stall_seconds']:.3f} s (longest; target block 0.200 s)")
+    stock = result.get("stock")
+    if stock:
+        out.append(f"  target RSS growth 1/3 of stock:     {stock['rss_bytes_per_task'] / 3:,.0f} B/task")
+        out.append(f"  target owned phases stock/15:       {owned(stock) / 15:.3f} s")
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -212,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="also measure retained bytes with tracemalloc (default: on up to 200k tasks)")
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
     ap.add_argument("--only", choices=("stock", "slim"), help="run one kind only")
+    ap.add_argument("--no-floor", dest="floor", action="store_false",
+                    help="skip the limits run (slimgraph.bench.floor)")
     ap.add_argument("--mode", choices=("engine", "client"), default="engine",
                     help="engine: one replayed submission per fresh in-process scheduler "
                          "(default); client: end to end through a real Client to scheduler "
@@ -228,5 +271,5 @@ def main(argv: list[str] | None = None) -> None:
             bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds)))
         return
     kinds = (a.only,) if a.only else ("stock", "slim")
-    result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds)
+    result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds, a.floor)
     print(format_table(result))

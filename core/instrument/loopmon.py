@@ -55,7 +55,7 @@ class LoopMonitor:
         watchdog: bool = True,
         watch_interval: float = 0.1,
         warn_after: float = 5.0,
-        keep: int = 4096,
+        keep: int = 16384,
     ):
         self.interval = interval
         self.watch_interval = watch_interval

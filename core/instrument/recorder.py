@@ -117,6 +117,12 @@ class SlimgraphExtension:
         record.total_s = time.perf_counter() - t0
         if self.loop_monitor.running:
             record.longest_block_s = self.loop_monitor.longest_since(mark)
+            mon = self.loop_monitor
+            blocks = [b for b in mon.blocks if b[0] > mark]
+            now = time.perf_counter()
+            blocks.append((now, max(0.0, now - mon.last_tick - mon.interval)))  # in progress
+            for p in record.phases:
+                p.longest_block_s = p.longest_overlap(blocks)
         record.rss_after = fast_rss()
         if status is not None:
             record.status = status

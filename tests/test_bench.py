@@ -1,0 +1,98 @@
+"""The engine-mode benchmark command and its limits run (slimgraph.bench.floor)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import dask
+from dask.delayed import delayed
+
+from slimgraph.bench.floor import bare_loop, load_and_measure, stall
+from slimgraph.bench.payload import capture, save
+from slimgraph.phases import OWNED_PHASES
+
+
+def test_bench_command_writes_both_kinds_and_the_limits(tmp_path):
+    out = tmp_path / "b.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "slimgraph", "bench", "--workload", "delayed", "--tasks", "3000",
+         "--json", str(out), "--no-tracemalloc"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    n = result["tasks"]
+    assert n > 1000
+    for kind in ("stock", "slim"):
+        run = result[kind]
+        assert run["tasks"] == n
+        assert run["edges"] == result["edges"] > 0
+        assert run["total_seconds"] > 0 and run["rss_bytes_per_task"] is not None
+        assert set(run["phases"]) & set(OWNED_PHASES)
+        assert run["state_bytes_per_task"]["engine"] > 0
+    assert "order" in result["slim"]["phases"] and "order" in result["stock"]["phases"]
+    assert result["ratios"]["total"] > 0
+    floor = result["floor"]
+    assert floor["tasks"] == n
+    assert floor["dask_rss_bytes_per_task"] > 0 and floor["bare_loop_seconds"] > 0
+    assert floor["deserialize_stall_seconds"] >= 0 and floor["materialize_stall_seconds"] >= 0
+    # run_spec and key objects survive in every engine, the floor among them
+    assert floor["dask_rss_bytes_per_task"] < result["stock"]["rss_bytes_per_task"]
+    assert "limits, same submission" in proc.stdout
+    assert "stock/slim" in proc.stdout
+
+
+def _tree(n: int):
+    leaves = [delayed(lambda i: i, pure=True)(i, dask_key_name=f"leaf-{i}") for i in range(n)]
+    level = leaves
+    while len(level) > 1:
+        level = [delayed(sum, pure=True)(level[i:i + 2]) for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def test_bare_loop_builds_every_task_and_edge():
+    dsk = dict(dask.base.collections_to_expr([_tree(64)]).__dask_graph__())
+    seconds, tasks = bare_loop(list(dsk.items()))
+    assert seconds > 0
+    assert set(tasks) == set(dsk)
+    for key, ts in tasks.items():
+        deps = dsk[key].dependencies
+        assert {d.key for d in ts.dependencies} == set(deps)
+        assert ts.state == ("waiting" if deps else "queued")
+        for d in ts.dependencies:
+            assert ts in d.dependents
+    roots = [ts for ts in tasks.values() if not ts.dependencies]
+    assert len(roots) == 64
+
+
+def test_stall_sees_a_call_that_holds_the_gil():
+    import pickle
+
+    blob = pickle.dumps(list(range(3_000_000)))
+    # one C call that never runs Python code: the ticking thread waits
+    _, held = stall(pickle.loads, blob)
+    # Python code gives the GIL up at every switch interval
+    _, free = stall(lambda: sum(i for i in range(3_000_000)))
+    assert held > 0.02
+    assert free < held / 2
+
+
+def test_floor_materializes_what_the_scheduler_keeps(tmp_path):
+    save(capture(_tree(128)), str(tmp_path / "p.pkl"))
+    floor = load_and_measure(str(tmp_path / "p.pkl"))
+    # a real scheduler ingesting the same collection keeps the same tasks
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as c:
+        fut = c.compute(_tree(128))
+        deadline = time.monotonic() + 30
+        while not cluster.scheduler.tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ntasks = len(cluster.scheduler.tasks)
+        del fut
+    assert ntasks >= 2 * 128 - 1
+    assert floor["tasks"] == ntasks
+    assert floor["bare_loop_seconds"] > 0
