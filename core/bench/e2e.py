@@ -32,7 +32,7 @@ JSON (``--json PATH``)::
      "stock": RUN, "slim": RUN, "ratios": {...}}
 
     RUN = {"submit_seconds", "update_graph_seconds", "phases": {name: s},
-           "longest_block_seconds", "longest_ping_seconds",
+           "longest_block_seconds", "phase_blocks", "longest_ping_seconds",
            "rss_bytes_per_task", "compute_seconds" (None when cut short),
            "tasks", "result"}
 """
@@ -162,6 +162,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "update_graph_seconds": rec.total_s,
             "phases": {p.name: p.wall_s for p in rec.phases},
             "longest_block_seconds": rec.longest_block_s,
+            "phase_blocks": {p.name: p.longest_block_s for p in rec.phases},
             "longest_ping_seconds": ping.longest,
             "pings": ping.count,
             "rss_bytes_per_task": rss,
@@ -242,6 +243,10 @@ def format_client_table(result: dict) -> str:
         r = result["ratios"][k]
         out.append(f"{label:38} {fmt(result['stock'][k], spec):>12} "
                    f"{fmt(result['slim'][k], spec):>12} {'-' if r is None else f'{r:.2f}x':>11}")
+    from slimgraph.bench.runner import _block_phase
+
+    out.append(f"longest block, most of it in: stock {_block_phase(result['stock'])}, "
+               f"slim {_block_phase(result['slim'])}")
     if result.get("compute_cut_after_seconds") is not None:
         out.append(f"computation cancelled {result['compute_cut_after_seconds']:g} s after the submission")
     else:
