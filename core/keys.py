@@ -16,10 +16,31 @@ submission and forgets it afterwards: no global cache, nothing retained.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
-from dask.utils import key_split
+from dask.utils import key_split as _cached_key_split
 from distributed.utils import key_split_group
+
+#: dask's ``key_split`` without its process-wide ``lru_cache``: resolving a
+#: submission's names through the cached one would fill that cache with up
+#: to 100k of its keys (and keep them alive), which is what the resolver
+#: exists to avoid.
+key_split = getattr(_cached_key_split, "__wrapped__", _cached_key_split)
+
+
+def group_name(key: Any) -> str:
+    """distributed's ``key_split_group``, minus its detour through the cached
+    ``key_split`` for plain string names (the common case it ends in)."""
+    t = type(key)
+    if t is bytes:
+        return group_name(key.decode())
+    if t is str and key and key[0] not in "(<" and not (len(key) == 32 and _HEX32(key)):
+        return key_split(key)
+    return key_split_group(key)
+
+
+_HEX32 = re.compile(r"[a-f0-9]{32}").match
 
 
 class NameResolver:
@@ -40,7 +61,7 @@ class NameResolver:
         name = key[0] if type(key) is tuple else key
         tg = self._by_name.get(name)
         if tg is None:
-            tg = self._make_group(key_split_group(key), key_split(key))
+            tg = self._make_group(group_name(key), key_split(key))
             self._by_name[name] = tg
         return tg
 

@@ -94,10 +94,9 @@ class SlimSchedulerState(SchedulerState):
 
     def new_task(self, key: Any, spec: Any, state: str, computation: Any = None) -> SlimTaskState:
         """Create a task outside of graph ingestion (scatter, Variable, ...)."""
-        from dask.utils import key_split
-        from distributed.utils import key_split_group
+        from slimgraph.keys import group_name, key_split
 
-        group_key = key_split_group(key)
+        group_key = group_name(key)
         created = group_key not in self.task_groups
         tg = self._get_or_create_group(group_key, key_split(key))
         if created and computation:
