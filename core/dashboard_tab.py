@@ -98,7 +98,7 @@ def _import(name: str):
 def scheduler_kind(scheduler) -> str:
     """``"slim"`` for a SlimScheduler (or a slim engine), else ``"stock"``."""
     for cls in type(scheduler).__mro__:
-        if "slim" in cls.__name__.lower():
+        if "slim" in cls.__qualname__.lower():
             return "slim"
     return "stock"
 

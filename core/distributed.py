@@ -125,6 +125,9 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
         policy = gc_policy.enter()
         switching.hold(config.get("switch-interval"))
         status, error = "OK", None
+        # whether this submission joins the latest Computation: decided on
+        # arrival (see joins_last_computation)
+        busy = not self.is_idle
         try:
             with rec.phase("deserialize", where="offload"):
                 try:
@@ -177,6 +180,7 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
                 fifo_timeout=fifo_timeout,
                 code=code,
                 span_metadata=span_metadata,
+                busy=busy,
             )
             metrics = await self.ingest_staged(sub, rec)
             if metrics is None:
@@ -287,6 +291,12 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
 
 # ----------------------------------------------------------------------
 # turning it on
+# distributed derives names from ``type(self).__name__``: the config key of
+# ``blocked-handlers`` (a security setting), ``identity()["type"]``, the
+# server id and the work directory's prefix. The drop-in answers to all of
+# them as a Scheduler; ``__qualname__`` (and so ``repr``) stays SlimScheduler.
+SlimScheduler.__name__ = "Scheduler"
+
 _installed = False
 _patched = False
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import logging
 import operator
-import textwrap
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -64,6 +63,8 @@ from slimgraph.phases import SubmissionRecord
 from slimgraph.taskstate import SlimTaskState, _prio_head, count_into_groups, sorted_by_priority
 
 logger = logging.getLogger("slimgraph.ingest")
+#: what stock reports from update_graph goes where stock reports it
+stock_logger = logging.getLogger("distributed.scheduler")
 
 
 @dataclass
@@ -219,8 +220,24 @@ class Submission:
     fifo_timeout: Any = 0.0
     code: tuple = ()
     span_metadata: Any = None
+    #: whether the scheduler had unfinished work when the submission arrived,
+    #: which decides whether it joins the latest Computation (None: decide
+    #: at ingestion)
+    busy: bool | None = None
     #: the Ingestion that took it (its temporaries are freed afterwards)
     ingestion: Any = None
+
+
+def joins_last_computation(state: Any, sub: Submission) -> bool:
+    """Stock adds a submission to the latest Computation unless the scheduler
+    is idle when it looks: after deserializing on the loop and one offloaded
+    materialization, a moment after the submission arrived. The slim path
+    gets to its task states several offloaded steps later, by when quick
+    earlier submissions have often finished (ten quick ``submit`` calls then
+    make several Computations where stock makes one); so it looks on arrival
+    (``sub.busy``), the moment closest to stock's that comes no later."""
+    busy = (not state.is_idle) if sub.busy is None else sub.busy
+    return busy and bool(state.computations)
 
 
 def lost_keys(state: Any, index: GraphIndex) -> list:
@@ -264,7 +281,7 @@ class Ingestion:
         dsk = idx.dsk
         tasks = st.tasks
         lazy = st.slim_lazy
-        if not st.is_idle and st.computations:
+        if joins_last_computation(st, sub):
             computation = st.computations[-1]
         else:
             computation = Computation()
@@ -432,23 +449,33 @@ class Ingestion:
             dts.dependents = Edges([by_key[k] for k in set(list(by_key))])
 
     def _warn_collision(self, ts, spec, lhs, rhs, bad_groups) -> None:
+        """Stock's warning, word for word, once per task group (the rest at
+        debug level), on stock's logger."""
+        head = (
+            f"Detected different `run_spec` for key {ts.key!r} between "
+            "two consecutive calls to `update_graph`."
+        )
         if ts.group in bad_groups:
-            logger.debug("Detected different `run_spec` for key %r", ts.key)
+            stock_logger.debug(head)
             return
         bad_groups.add(ts.group)
-        logger.warning(
-            f"Detected different `run_spec` for key {ts.key!r} between two "
-            "consecutive calls to `update_graph`. This can cause failures and "
-            "deadlocks down the line. Please ensure unique key names. "
-            + textwrap.dedent(
-                f"""
-                old task state: {ts.state}
-                old run_spec: {ts.run_spec!r}
-                new run_spec: {spec!r}
-                old dependencies: {lhs}
-                new dependencies: {rhs}
-                """
-            )
+        details = "\n".join([
+            "",
+            "Debugging information",
+            "---------------------",
+            f"old task state: {ts.state}",
+            f"old run_spec: {ts.run_spec!r}",
+            f"new run_spec: {spec!r}",
+            f"old dependencies: {lhs}",
+            f"new dependencies: {rhs}",
+            "",
+        ])
+        stock_logger.warning(
+            head + " This can cause failures and deadlocks down the line. "
+            "Please ensure unique key names. If you are using a standard dask "
+            "collections, consider releasing all the data before resubmitting "
+            "another computation. More details and help can be found at "
+            "https://github.com/dask/dask/issues/9888. " + details
         )
 
     # -- phase 5 -----------------------------------------------------------

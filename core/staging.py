@@ -51,7 +51,7 @@ from typing import Any
 
 from distributed.scheduler import Computation, TaskGroup, TaskPrefix
 
-from slimgraph.ingest import Ingestion, NotStageable, Submission, _interested_plugins
+from slimgraph.ingest import Ingestion, NotStageable, Submission, _interested_plugins, joins_last_computation
 from slimgraph.keys import NameResolver
 from slimgraph.phases import SubmissionRecord
 from slimgraph.queue import TaskQueue, _sort_key
@@ -274,7 +274,7 @@ class StagedIngestion(Ingestion):
         if self.moved_generation is not None:
             st.generation, st._last_time = self.moved_generation
         # computation, groups, prefixes
-        if not st.is_idle and st.computations:
+        if joins_last_computation(st, sub):
             computation = st.computations[-1]
         else:
             computation = Computation()

@@ -24,6 +24,8 @@ from __future__ import annotations
 import itertools
 from typing import Any, ClassVar
 
+from distributed.scheduler import TaskState as _StockTaskState
+
 from slimgraph.containers import NO_EDGES, Edges
 
 #: Attributes that live in :class:`Extra`, with the default every task has.
@@ -86,6 +88,10 @@ def _extra_property(name: str, default: Any) -> property:
     return property(fget, fset, doc=f"``{name}`` (default {default!r}), kept in Extra")
 
 
+#: Containers stock's TaskState always holds (empty ones dump as such).
+_EAGER_IN_STOCK = (("annotations", {}), ("waiters", []))
+
+
 class SlimTaskState:
     """A task as the scheduler tracks it. Drop-in for distributed's TaskState."""
 
@@ -145,6 +151,15 @@ class SlimTaskState:
         ts._qseq = None
         ts.group = group
         return ts
+
+    @property
+    def __class__(self) -> type:
+        """distributed's TaskState, so that ``isinstance(ts, TaskState)`` holds
+        (``validate_state``, ``Scheduler.story``, plugins that check). Only
+        the ``__class__`` fallback of isinstance sees it: ``type(ts)`` is
+        still SlimTaskState, and pickle and copy go by ``type``. The same
+        device as ``unittest.mock``'s ``spec``."""
+        return _StockTaskState
 
     def __hash__(self) -> int:
         return hash(self.key)
@@ -255,15 +270,15 @@ class SlimTaskState:
         validate_task_state(self)
 
     def _to_dict_no_nest(self, *, exclude: Any = ()) -> dict[str, Any]:
+        """As stock's: every public, non-callable member (``dump_cluster_state``
+        leaves out run_specs this way: GraphNodes are callable)."""
         from distributed.utils import recursive_to_dict
 
-        out = {}
-        for name in (*self.__slots__[:-2], *EXTRA_DEFAULTS):
-            if name.startswith("_") or name in exclude:
-                continue
-            out[name] = recursive_to_dict(getattr(self, name), exclude=exclude)
-        out["state"] = self._state
-        out["priority"] = recursive_to_dict(self.priority, exclude=exclude)
+        out = recursive_to_dict(self, exclude=exclude, members=True)
+        # lazily allocated containers that stock allocates eagerly
+        for name, empty in _EAGER_IN_STOCK:
+            if out.get(name, empty) is None:
+                out[name] = type(empty)()
         return out
 
     def __repr__(self) -> str:

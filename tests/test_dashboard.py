@@ -300,7 +300,7 @@ def test_tab_added_late_and_by_the_slim_preload():
             out = {}
             async with Scheduler(dashboard_address="127.0.0.1:0", host="127.0.0.1",
                                  preload=["slimgraph.distributed"]) as s:
-                out["class"] = type(s).__name__
+                out["class"] = type(s).__qualname__
                 port = s.http_server.port
                 http = AsyncHTTPClient()
                 r = await http.fetch(f"http://127.0.0.1:{port}/slimgraph", raise_error=False)

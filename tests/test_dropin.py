@@ -24,7 +24,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from distributed import Client, Event, LocalCluster, Queue, Scheduler, Variable, wait
+from distributed import Client, Event, LocalCluster, Queue, Scheduler, Variable, Worker, wait
 
 from slimgraph.distributed import SlimLocalCluster, SlimScheduler, install, installed, uninstall
 from slimgraph.taskstate import SlimTaskState
@@ -385,10 +385,36 @@ def test_env_preload_with_localcluster(monkeypatch):
     with dask.config.set({"distributed.scheduler.preload": ["slimgraph.distributed"]}):
         with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cl:
             with Client(cl) as c:
-                assert type(cl.scheduler).__name__ == "SlimScheduler"
+                assert type(cl.scheduler).__qualname__ == "SlimScheduler"
                 assert c.submit(inc, 41).result() == 42
                 ts = cl.scheduler.tasks
                 assert all(isinstance(t, SlimTaskState) for t in ts.values())
+
+
+def test_validate_mode_and_story_take_slim_tasks_for_task_states():
+    """distributed's own checks (``validate_state`` after every transition,
+    ``story(ts)``) work on the slim engine: its task states pass
+    ``isinstance(ts, TaskState)`` while staying their own type."""
+    from distributed.scheduler import TaskState
+
+    cfg = {"distributed.scheduler.preload": ["slimgraph.distributed"],
+           "distributed.scheduler.validate": True}
+    with dask.config.set(cfg):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cl:
+            with Client(cl) as c:
+                s = cl.scheduler
+                assert type(s).__qualname__ == "SlimScheduler" and s.validate
+                xs = [dask.delayed(inc)(i, dask_key_name=f"x-{i}") for i in range(20)]
+                total = dask.delayed(sum)(xs, dask_key_name="total")
+                fut = c.compute(total)
+                assert fut.result() == sum(range(1, 21))
+                s.validate_state()
+                ts = s.tasks["total"]
+                assert isinstance(ts, TaskState) and type(ts) is SlimTaskState
+                story = s.story(ts)
+                assert story and story == s.story("total")
+                assert {e[2] for e in story} >= {"waiting", "processing", "memory"}
+                del fut
 
 
 def test_dask_scheduler_cli_preload(tmp_path):
@@ -411,7 +437,7 @@ def test_dask_scheduler_cli_preload(tmp_path):
         try:
             with Client(scheduler_file=str(tmp_path / "s.json"), timeout=60) as c:
                 c.wait_for_workers(1, timeout=60)
-                assert c.run_on_scheduler(lambda dask_scheduler: type(dask_scheduler).__name__) == "SlimScheduler"
+                assert c.run_on_scheduler(lambda dask_scheduler: type(dask_scheduler).__qualname__) == "SlimScheduler"
                 assert c.compute((da.ones(100, chunks=10) + 1).sum()).result() == 200
         finally:
             worker.terminate()
@@ -473,3 +499,66 @@ def test_stock_dashboard_pages_and_components_read_slim_state(clusters):
     assert all(statuses[p] == (200, True) for p in pages if p != "groups"), statuses
     assert out["TaskGraph"] == out["TaskProgress"] == out["WorkerTable"] == "ok"
     assert n_nodes > 0
+
+
+def test_slim_scheduler_answers_as_a_scheduler():
+    """distributed keys settings and identity on the class name: blocked
+    handlers (a security setting) must apply to the slim scheduler too."""
+    async def make():
+        with dask.config.set({"distributed.scheduler.blocked-handlers": ["feed"]}):
+            async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+                return s.blocked_handlers, s.identity()["type"], s.id, repr(type(s))
+
+    blocked, kind, sid, cls = asyncio.run(make())
+    assert blocked == ["feed"]
+    assert kind == "Scheduler" and sid.startswith("Scheduler-")
+    assert "SlimScheduler" in cls
+
+
+def test_key_collision_warning_goes_where_stock_puts_it():
+    """The different-run_spec warning reaches distributed.scheduler's log,
+    with the same text on both engines."""
+    import logging
+    import re
+
+    from distributed.utils_test import captured_logger
+
+    def run(cls):
+        async def body():
+            async with cls(dashboard_address=":0", host="127.0.0.1") as s:
+                async with Client(s.address, asynchronous=True) as c:
+                    o = object()
+                    x1 = c.submit(inc, 1, key="x1")
+                    x2 = c.submit(inc, 2, key="x2")
+                    y1 = c.persist(dask.delayed(lambda i, j: i)(x1, o, dask_key_name="y"))
+                    y2 = dask.delayed(lambda i, j: i)(x2, o, dask_key_name="y")
+                    with captured_logger("distributed.scheduler", level=logging.WARNING) as log:
+                        fut = c.compute(dask.delayed(inc)(y2, dask_key_name="z"))
+                        while "z" not in s.tasks:
+                            await asyncio.sleep(0.01)
+                    del x1, x2, y1, fut
+                    return log.getvalue()
+
+        return asyncio.run(body())
+
+    stock, slim = run(Scheduler), run(SlimScheduler)
+    assert "Detected different `run_spec` for key 'y'" in stock
+    strip = lambda t: re.sub(r"0x[0-9a-f]+", "0x", t)  # noqa: E731
+    assert strip(slim) == strip(stock)
+
+
+def test_quick_submissions_join_one_computation():
+    """Ten quick ``submit`` calls make one Computation on stock; the slim
+    scheduler, which reaches its task states later, must not split them."""
+    def run(cls):
+        async def body():
+            async with cls(dashboard_address=":0", host="127.0.0.1") as s:
+                async with Worker(s.address, nthreads=1), Worker(s.address, nthreads=1):
+                    async with Client(s.address, asynchronous=True) as c:
+                        futs = [c.submit(inc, x) for x in range(10)]
+                        assert await c.gather(futs) == list(range(1, 11))
+                        return len(s.computations), sum(len(comp.groups) for comp in s.computations)
+
+        return asyncio.run(body())
+
+    assert run(Scheduler) == run(SlimScheduler) == (1, 1)
