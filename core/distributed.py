@@ -75,14 +75,24 @@ class _GCPolicy:
 gc_policy = _GCPolicy()
 
 
-def _prepare(dsk: dict, keys: Any, cull: bool, priorities: Any, rec: SubmissionRecord):
-    """Off the event loop: number the graph, then order it."""
-    with rec.phase("cull", where="offload") as p:
+def _pickled_size(ser: Any) -> int | None:
+    """Bytes of a serialized graph; None if it is not one (deserialize then
+    reports the error)."""
+    try:
+        return sum(memoryview(f).nbytes for f in ser.frames)
+    except Exception:
+        return None
+
+
+def _prepare(dsk: dict, keys: Any, cull: bool, priorities: Any, rec: SubmissionRecord,
+             where: str = "offload"):
+    """Number the graph, then order it (off the event loop unless small)."""
+    with rec.phase("cull", where=where) as p:
         index = index_graph(dsk, keys, cull)
         p.tasks = len(index.keys)
         p.edges = index.edges
     if not priorities:
-        with rec.phase("order", where="offload") as p:
+        with rec.phase("order", where=where) as p:
             priorities = compute_order(index)
             p.tasks = len(index.keys)
             p.edges = index.edges
@@ -129,9 +139,14 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
         # arrival (see joins_last_computation)
         busy = not self.is_idle
         try:
-            with rec.phase("deserialize", where="offload"):
+            size = _pickled_size(expr_ser)
+            inline = size is not None and size < config.get("offload-min-bytes")
+            with rec.phase("deserialize", where="event-loop" if inline else "offload"):
                 try:
-                    expr = await offload(deserialize, expr_ser.header, expr_ser.frames)
+                    if inline:
+                        expr = deserialize(expr_ser.header, expr_ser.frames)
+                    else:
+                        expr = await offload(deserialize, expr_ser.header, expr_ser.frames)
                     del expr_ser
                 except Exception as e:
                     raise RuntimeError(
@@ -145,9 +160,13 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
                 )
             cull = isinstance(expr, LLGExpr)
             del expr
-            index, priorities = await offload(
-                _prepare, dsk, keys, cull, internal_priority, rec
-            )
+            small = len(dsk) < config.get("offload-min-tasks")
+            if small:
+                index, priorities = _prepare(dsk, keys, cull, internal_priority, rec, "event-loop")
+            else:
+                index, priorities = await offload(
+                    _prepare, dsk, keys, cull, internal_priority, rec
+                )
             del dsk
             # ---- synchronous from here: compares the graph to the state ----
             with rec.phase("lost_dependencies") as p:
@@ -182,7 +201,7 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
                 span_metadata=span_metadata,
                 busy=busy,
             )
-            metrics = await self.ingest_staged(sub, rec)
+            metrics = None if small else await self.ingest_staged(sub, rec)
             if metrics is None:
                 metrics = self.ingest(sub, rec)
             done = time()
@@ -209,7 +228,8 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
                 *index.temporaries(), priorities, *(ing.temporaries() if ing else ())
             )
             del index, priorities, sub, ing
-            await offload(disposal.drain, garbage)
+            if garbage:
+                await offload(disposal.drain, garbage)
         except Exception as e:
             status, error = "error", f"{type(e).__name__}: {e}"
             self.log_event(

@@ -562,3 +562,37 @@ def test_quick_submissions_join_one_computation():
         return asyncio.run(body())
 
     assert run(Scheduler) == run(SlimScheduler) == (1, 1)
+
+
+def test_small_submissions_stay_on_the_loop_and_answer_as_fast_as_stock():
+    """A small graph takes no worker-thread detours beyond stock's own
+    (materialize); a big one is staged. With the detours, a submission from
+    one client lagged behind another client's finished work (distributed's
+    ``test_multi_client`` saw it)."""
+    from slimgraph.instrument.recorder import get_history
+
+    async def body(min_tasks):
+        with dask.config.set({"slimgraph.offload-min-tasks": min_tasks}):
+            async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+                async with Worker(s.address, nthreads=1):
+                    async with Client(s.address, asynchronous=True) as f, \
+                            Client(s.address, asynchronous=True) as c:
+                        x = c.submit(inc, 1)
+                        y = f.submit(inc, 2)
+                        y2 = c.submit(inc, 2)
+                        await wait([x, y])
+                        wanted = {ts.key for ts in s.clients[c.id].wants_what}
+                        big = c.compute(dask.delayed(sum)([dask.delayed(inc)(i) for i in range(50)]))
+                        await big
+                        recs = list(get_history(s))
+                        where = [{p.name: p.where for p in r.phases} for r in recs]
+                        del y2
+                        return wanted == {x.key, y.key}, where
+
+    for _ in range(3):
+        ok, where = asyncio.run(body(20))
+        assert ok
+    small, big = where[0], where[-1]
+    assert small["deserialize"] == small["cull"] == small.get("order", "event-loop") == "event-loop"
+    assert small["materialize"] == "offload" and "commit" not in small
+    assert big["cull"] == "offload" and "commit" in big

@@ -35,7 +35,9 @@ def listening(request, monkeypatch):
     compared), and without (new graphs are staged: built off the event
     loop and published at once, see slimgraph.staging)."""
     monkeypatch.setattr(Pair, "listen_default", request.param == "listening")
-    return request.param
+    # small graphs, staged all the same (see slimgraph.offload-min-tasks)
+    with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
+        yield request.param
 
 
 def inc(x):
@@ -205,7 +207,9 @@ def test_futures_in_graph():
 
             def make(c):
                 f = next(f for f in f1s if f.client is c)
-                return c.submit(add, f, 2, key="g1")
+                # fifo_timeout: the generation must not depend on how long
+                # each side took since its first submission
+                return c.submit(add, f, 2, key="g1", fifo_timeout="1h")
 
             await check(p, make)
 

@@ -25,6 +25,14 @@ from slimgraph.ingest import Submission, index_graph, compute_order
 from slimgraph.instrument.recorder import get_history
 
 
+@pytest.fixture(autouse=True)
+def stage_small_graphs():
+    """These graphs are small; stage them all the same (by default
+    submissions under ``slimgraph.offload-min-tasks`` stay on the loop)."""
+    with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
+        yield
+
+
 def inc(x):
     return x + 1
 
