@@ -60,7 +60,13 @@ from slimgraph.containers import NO_EDGES, Edges, freeze
 from slimgraph.errors import CycleError, InvalidKeyError
 from slimgraph.keys import NameResolver, validate_key_type
 from slimgraph.phases import SubmissionRecord
-from slimgraph.taskstate import SlimTaskState, _prio_head, count_into_groups, sorted_by_priority
+from slimgraph.taskstate import (
+    SlimTaskState,
+    _prio_head,
+    count_into_groups,
+    sorted_by_priority,
+    stored_annotations,
+)
 
 logger = logging.getLogger("slimgraph.ingest")
 #: what stock reports from update_graph goes where stock reports it
@@ -538,7 +544,7 @@ class Ingestion:
             p = prio_of[i]
             if p is None:
                 continue
-            ann = ts.annotations
+            ann = stored_annotations(ts)
             if up_dict is None and not ann:
                 ts._prio_head = default_head
                 ts._prio_order = p
@@ -906,7 +912,8 @@ def observe_spans(spans_ext: Any, touched: list, span_metadata: Any, code: tuple
         if tg.span_id:
             span = spans_ext.spans[tg.span_id]
         else:
-            ann = ts.annotations.get("span") if ts.annotations else None
+            own = stored_annotations(ts)
+            ann = own.get("span") if own else None
             if ann:
                 span = spans_ext._ensure_span(ann["name"], ann["ids"])
             else:
@@ -923,10 +930,12 @@ def observe_spans(spans_ext: Any, touched: list, span_metadata: Any, code: tuple
             span.add_metadata(span_metadata)
         ann = span.annotation
         if ann:
-            annotations = ts.annotations
+            annotations = stored_annotations(ts)
             if annotations is None:
                 ts.annotations = annotations = {}
             annotations["span"] = out[ts.key] = ann
-        elif ts.annotations:
-            ts.annotations.pop("span", None)
+        else:
+            own = stored_annotations(ts)
+            if own:
+                own.pop("span", None)
     return out

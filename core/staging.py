@@ -55,7 +55,7 @@ from slimgraph.ingest import Ingestion, NotStageable, Submission, _interested_pl
 from slimgraph.keys import NameResolver
 from slimgraph.phases import SubmissionRecord
 from slimgraph.queue import TaskQueue, _sort_key
-from slimgraph.taskstate import SlimTaskState, count_into_groups, sorted_by_priority
+from slimgraph.taskstate import SlimTaskState, count_into_groups, sorted_by_priority, stored_annotations
 
 #: Extra transition-log entries kept by a build: a root-ish task sent to a
 #: worker by the commit logs one entry where the build assumed two.
@@ -322,7 +322,7 @@ class StagedIngestion(Ingestion):
             if ann:
                 for ts in self.new:
                     if ts.group is tg:
-                        annotations = ts.annotations
+                        annotations = stored_annotations(ts)
                         if annotations is None:
                             ts.annotations = annotations = {}
                         annotations["span"] = ann

@@ -296,6 +296,81 @@ for _name, _default in EXTRA_DEFAULTS.items():
     setattr(SlimTaskState, _name, _extra_property(_name, _default))
 
 
+class NoAnnotations(dict):
+    """What ``ts.annotations`` reads as while a task has none.
+
+    Stock gives every submitted task an empty dict (64 B each); the slim
+    engine stores nothing, but code written for stock (``"span" in
+    ts.annotations``, ``ts.annotations["x"] = ...``) must keep working. So a
+    read returns this empty dict, made on the spot and not stored; the first
+    write through it stores it on the task, where it becomes the task's
+    annotations.
+    """
+
+    __slots__ = ("_ts",)
+
+    def __init__(self, ts: SlimTaskState):
+        super().__init__()
+        self._ts = ts
+
+    def _adopt(self) -> None:
+        ts = self._ts
+        if ts is not None:
+            self._ts = None
+            ts.annotations = self
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._adopt()
+        dict.__setitem__(self, key, value)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._adopt()
+        dict.update(self, *args, **kwargs)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._adopt()
+        return dict.setdefault(self, key, default)
+
+    def __ior__(self, other: Any) -> "NoAnnotations":
+        self._adopt()
+        return dict.__ior__(self, other)
+
+
+def stored_annotations(ts: Any) -> dict | None:
+    """A task's annotations as stored: None when it has none (no
+    NoAnnotations made). Stock task states are read as they are."""
+    if type(ts) is not SlimTaskState:
+        return getattr(ts, "annotations", None)
+    x = ts._x
+    return None if x is None else x.annotations
+
+
+def _annotations_property() -> property:
+    member = Extra.__dict__["annotations"]
+    mget = member.__get__
+    mset = member.__set__
+
+    def fget(self: SlimTaskState) -> dict:
+        x = self._x
+        value = None if x is None else mget(x)
+        return NoAnnotations(self) if value is None else value
+
+    def fset(self: SlimTaskState, value: Any) -> None:
+        if type(value) is NoAnnotations and value._ts is not None:
+            value = None  # a read handed back: still none
+        x = self._x
+        if x is None:
+            if value is None:
+                return
+            x = self._x = Extra()
+        mset(x, value)
+
+    return property(fget, fset, doc="``annotations``: a dict, empty (NoAnnotations) if none")
+
+
+SlimTaskState.annotations = _annotations_property()
+
+
 class _Whole(tuple):
     """Marks a priority stored whole (not of the usual 3-tuple shape)."""
 

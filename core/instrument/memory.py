@@ -80,6 +80,16 @@ CONTAINER_ATTRS = (
     "worker_restrictions",
     "resource_restrictions",
 )
+def _attr(ts: Any, name: str) -> Any:
+    """An attribute as the task holds it (a slim task without annotations
+    holds none; reading ``annotations`` would make an empty one)."""
+    if name == "annotations":
+        from slimgraph.taskstate import stored_annotations
+
+        return stored_annotations(ts)
+    return getattr(ts, name, None)
+
+
 #: Attributes whose values are accounted by their own node.
 SPECIAL_ATTRS = ("key", "priority", "run_spec")
 
@@ -493,9 +503,9 @@ class _Walker:
             self._walk_key(key, nodes["keys"])
         # containers: count ids among this task's attributes to dedupe
         # task-local sharing without the global seen table
-        ids = [id(getattr(ts, a, None)) for a in CONTAINER_ATTRS]
-        for a in CONTAINER_ATTRS:
-            v = getattr(ts, a, None)
+        values = [_attr(ts, a) for a in CONTAINER_ATTRS]
+        ids = [id(v) for v in values]
+        for a, v in zip(CONTAINER_ATTRS, values):
             if v is None:
                 continue
             vid = id(v)

@@ -1,0 +1,58 @@
+"""SlimTaskState's stock-facing surface: annotations without a dict per task."""
+from __future__ import annotations
+
+from distributed.scheduler import TaskState
+
+from slimgraph.taskstate import NoAnnotations, SlimTaskState, stored_annotations
+
+
+class _Group:
+    def add(self, ts):
+        pass
+
+
+def _task(key="x"):
+    return SlimTaskState(key, None, "released", _Group())
+
+
+def test_a_task_without_annotations_reads_as_an_empty_dict_and_stores_none():
+    ts = _task()
+    ann = ts.annotations
+    assert ann == {} and not ann and "span" not in ann and ann.get("span") is None
+    assert isinstance(ann, dict) and ann is not None
+    assert stored_annotations(ts) is None and ts._x is None
+    ts.annotations = ts.annotations  # a read handed back stores nothing
+    assert stored_annotations(ts) is None and ts._x is None
+
+
+def test_writing_through_the_read_stores_the_dict_on_the_task():
+    ts = _task()
+    ann = ts.annotations
+    ann["span"] = {"name": ("a",)}
+    ann["retries"] = 2  # the same reference keeps working
+    assert ts.annotations == {"span": {"name": ("a",)}, "retries": 2}
+    assert stored_annotations(ts) is ann
+    assert ts.annotations.pop("span") == {"name": ("a",)}
+    assert ts.annotations == {"retries": 2}
+
+
+def test_update_and_setdefault_adopt_too():
+    a, b = _task("a"), _task("b")
+    a.annotations.update(priority=3)
+    assert a.annotations == {"priority": 3}
+    assert b.annotations.setdefault("x", 1) == 1 and b.annotations == {"x": 1}
+    assert type(stored_annotations(_task())) is not NoAnnotations
+
+
+def test_assigning_a_dict_and_none():
+    ts = _task()
+    ts.annotations = {"workers": ["w"]}
+    assert ts.annotations == {"workers": ["w"]}
+    ts.annotations = None
+    assert ts.annotations == {} and stored_annotations(ts) is None
+
+
+def test_slim_tasks_pass_for_task_states():
+    ts = _task()
+    assert isinstance(ts, TaskState) and isinstance(ts, SlimTaskState)
+    assert type(ts) is SlimTaskState
