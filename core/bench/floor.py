@@ -1,6 +1,6 @@
 """What no scheduler engine can go below, measured on the same submission.
 
-Two limits bound what any engine inside ``Scheduler.update_graph`` can
+Three limits bound what any engine inside ``Scheduler.update_graph`` can
 achieve, whatever it does with its own state:
 
 * **dask's own objects.** Both schedulers must deserialize the submission
@@ -29,7 +29,7 @@ achieve, whatever it does with its own state:
   event-loop block any engine calling dask's own functions can show.
 
 ``python -m slimgraph bench`` runs :func:`measure` in a third fresh process
-beside the stock and slim runs and prints both limits next to the targets.
+beside the stock and slim runs and prints the limits next to the targets.
 """
 from __future__ import annotations
 
@@ -88,10 +88,9 @@ def bare_loop(items: list) -> tuple[float, dict]:
 def stall(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     """``fn(*args, **kwargs)`` in a thread; its result and the longest gap
     between two 2 ms ticks of the calling thread meanwhile (seconds)."""
-    import sys
     import threading
 
-    from slimgraph import config
+    from slimgraph import config, switching
 
     out: list = []
     err: list = []
@@ -102,8 +101,7 @@ def stall(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
         except BaseException as e:  # re-raised below, in the caller
             err.append(e)
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(config.get("switch-interval") or old)
+    switching.hold(config.get("switch-interval"))  # as during an ingestion
     try:
         th = threading.Thread(target=work, daemon=True)
         last = time.perf_counter()
@@ -116,7 +114,7 @@ def stall(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
             last = now
         th.join()
     finally:
-        sys.setswitchinterval(old)
+        switching.release()
     if err:
         raise err[0]
     return out[0], worst
@@ -131,7 +129,7 @@ def _trim_heap() -> None:
 
 
 def measure(payload: dict) -> dict:
-    """Both limits for one update-graph payload (as the benchmark replays it).
+    """The limits for one update-graph payload (as the benchmark replays it).
 
     Runs with the collector off, as both engines' ingestion effectively
     does (stock's collections cost time, not retained memory)."""
