@@ -908,11 +908,11 @@ def observe_spans(spans_ext: Any, touched: list, span_metadata: Any, code: tuple
     metadata_added: set = set()
     code_added: set = set()
     for ts in touched:
+        own = stored_annotations(ts)
         tg = ts.group
         if tg.span_id:
             span = spans_ext.spans[tg.span_id]
         else:
-            own = stored_annotations(ts)
             ann = own.get("span") if own else None
             if ann:
                 span = spans_ext._ensure_span(ann["name"], ann["ids"])
@@ -930,12 +930,9 @@ def observe_spans(spans_ext: Any, touched: list, span_metadata: Any, code: tuple
             span.add_metadata(span_metadata)
         ann = span.annotation
         if ann:
-            annotations = stored_annotations(ts)
-            if annotations is None:
-                ts.annotations = annotations = {}
-            annotations["span"] = out[ts.key] = ann
-        else:
-            own = stored_annotations(ts)
-            if own:
-                own.pop("span", None)
+            if own is None:
+                ts.annotations = own = {}
+            own["span"] = out[ts.key] = ann
+        elif own:
+            own.pop("span", None)
     return out

@@ -88,10 +88,6 @@ def _extra_property(name: str, default: Any) -> property:
     return property(fget, fset, doc=f"``{name}`` (default {default!r}), kept in Extra")
 
 
-#: Containers stock's TaskState always holds (empty ones dump as such).
-_EAGER_IN_STOCK = (("annotations", {}), ("waiters", []))
-
-
 class SlimTaskState:
     """A task as the scheduler tracks it. Drop-in for distributed's TaskState."""
 
@@ -275,10 +271,8 @@ class SlimTaskState:
         from distributed.utils import recursive_to_dict
 
         out = recursive_to_dict(self, exclude=exclude, members=True)
-        # lazily allocated containers that stock allocates eagerly
-        for name, empty in _EAGER_IN_STOCK:
-            if out.get(name, empty) is None:
-                out[name] = type(empty)()
+        if out.get("waiters", ()) is None:  # allocated lazily; stock's is a set
+            out["waiters"] = []
         return out
 
     def __repr__(self) -> str:
@@ -346,24 +340,18 @@ def stored_annotations(ts: Any) -> dict | None:
 
 
 def _annotations_property() -> property:
-    member = Extra.__dict__["annotations"]
-    mget = member.__get__
-    mset = member.__set__
+    """The Extra-backed property, reading as :class:`NoAnnotations` when unset."""
+    base = _extra_property("annotations", None)
+    bget, bset = base.fget, base.fset
 
     def fget(self: SlimTaskState) -> dict:
-        x = self._x
-        value = None if x is None else mget(x)
+        value = bget(self)
         return NoAnnotations(self) if value is None else value
 
     def fset(self: SlimTaskState, value: Any) -> None:
         if type(value) is NoAnnotations and value._ts is not None:
             value = None  # a read handed back: still none
-        x = self._x
-        if x is None:
-            if value is None:
-                return
-            x = self._x = Extra()
-        mset(x, value)
+        bset(self, value)
 
     return property(fget, fset, doc="``annotations``: a dict, empty (NoAnnotations) if none")
 

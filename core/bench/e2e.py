@@ -243,10 +243,10 @@ def format_client_table(result: dict) -> str:
         r = result["ratios"][k]
         out.append(f"{label:38} {fmt(result['stock'][k], spec):>12} "
                    f"{fmt(result['slim'][k], spec):>12} {'-' if r is None else f'{r:.2f}x':>11}")
-    from slimgraph.bench.runner import _block_phase
+    from slimgraph.bench.runner import block_phase
 
-    out.append(f"longest block, most of it in: stock {_block_phase(result['stock'])}, "
-               f"slim {_block_phase(result['slim'])}")
+    out.append(f"longest block, most of it in: stock {block_phase(result['stock'])}, "
+               f"slim {block_phase(result['slim'])}")
     if result.get("compute_cut_after_seconds") is not None:
         out.append(f"computation cancelled {result['compute_cut_after_seconds']:g} s after the submission")
     else:

@@ -212,13 +212,13 @@ def format_table(result: dict) -> str:
     blocks = [result[k].get("longest_block_seconds") for k in kinds]
     lines.append("")
     lines.append(f"{'longest loop block':<20}" + "".join(f"{_fmt(b, '.3f') + ' s':>27}" for b in blocks))
-    lines.append(f"{'  most of it in':<20}" + "".join(f"{_block_phase(result[k]):>27}" for k in kinds))
+    lines.append(f"{'  most of it in':<20}" + "".join(f"{block_phase(result[k]):>27}" for k in kinds))
     if result.get("floor"):
         lines += ["", *format_floor(result)]
     return "\n".join(lines)
 
 
-def _block_phase(run: dict) -> str:
+def block_phase(run: dict) -> str:
     """The phase in which the run's longest loop block happened."""
     blocks = {p: b for p, b in (run.get("phase_blocks") or {}).items() if b}
     if not blocks:

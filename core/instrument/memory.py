@@ -80,6 +80,8 @@ CONTAINER_ATTRS = (
     "worker_restrictions",
     "resource_restrictions",
 )
+
+
 def _attr(ts: Any, name: str) -> Any:
     """An attribute as the task holds it (a slim task without annotations
     holds none; reading ``annotations`` would make an empty one)."""

@@ -115,9 +115,9 @@ class SlimgraphExtension:
                append: bool = True) -> SubmissionRecord:
         t0, mark = token
         record.total_s = time.perf_counter() - t0
-        if self.loop_monitor.running:
-            record.longest_block_s = self.loop_monitor.longest_since(mark)
-            mon = self.loop_monitor
+        mon = self.loop_monitor
+        if mon.running:
+            record.longest_block_s = mon.longest_since(mark)
             blocks = [b for b in mon.blocks if b[0] > mark]
             now = time.perf_counter()
             blocks.append((now, max(0.0, now - mon.last_tick - mon.interval)))  # in progress
