@@ -93,7 +93,7 @@ def _peak(fn, dsk):
 def _numbered(dsk):
     """``order`` through the engine's path: number the graph as ingest
     does (outside the timing), then ``order_numbered``; returns a dict."""
-    from slimgraph.ingest import index_graph
+    from slimgraph.ingest.index import index_graph
     from slimgraph.order import order, order_numbered
 
     index = index_graph(dsk, list(dsk), cull=False)

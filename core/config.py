@@ -21,6 +21,7 @@ dask.config.update_defaults(defaults)
 
 GC_POLICIES = ("auto", "pause", "freeze", "stock")
 ORDERINGS = ("fast", "dask")
+VERSION_POLICIES = ("refuse", "warn")
 
 
 def get(name: str):
@@ -35,4 +36,6 @@ def get(name: str):
         raise ValueError(f"slimgraph.gc must be one of {GC_POLICIES}, got {value!r}")
     if name == "ordering" and value not in ORDERINGS:
         raise ValueError(f"slimgraph.ordering must be one of {ORDERINGS}, got {value!r}")
+    if name == "versions" and value not in VERSION_POLICIES:
+        raise ValueError(f"slimgraph.versions must be one of {VERSION_POLICIES}, got {value!r}")
     return value

@@ -40,13 +40,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from slimgraph.phases import PHASES
+from slimgraph.instrument.records import PHASES
 
 logger = logging.getLogger(__name__)
 
 KINDS = ("stock", "slim")
 
-#: Fixed phase colours, in :data:`slimgraph.phases.PHASES` order.
+#: Fixed phase colours, in :data:`slimgraph.instrument.records.PHASES` order.
 PHASE_COLORS = dict(
     zip(
         PHASES,

@@ -117,7 +117,7 @@ from itertools import chain, compress, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
-from slimgraph import gcpause
+from slimgraph.runtime import gcpause
 from slimgraph.errors import CycleError
 
 __all__ = ["order", "order_indexed", "order_numbered"]
@@ -224,7 +224,7 @@ class _NodeDependencies:
 def _node_kinds(values: Iterable) -> dict:
     """type -> 2 for ``DataNode``s, 1 for other ``GraphNode``s, 0 for legacy
     values (one check per type, not per node)."""
-    from dask._task_spec import DataNode, GraphNode
+    from slimgraph.shim import DataNode, GraphNode
 
     kinds = {}
     for t in set(map(type, values)):
@@ -436,7 +436,7 @@ def _delegate_to_dask(keys, deps, data, external, dep_sets) -> list[int]:
     Rebuilds the graph the indexed form stands for and maps the result back.
     Slow, but exact; it is only used for pathological key sets.
     """
-    from dask._task_spec import DataNode, Task, TaskRef
+    from slimgraph.shim import DataNode, Task, TaskRef
     from dask.order import order as dask_order
 
     datas = set(data)

@@ -4,7 +4,7 @@ The notebooks measure; this module only shapes what they measured into
 pandas tables and Bokeh figures (the project's own dependencies: no
 matplotlib). Every function takes plain results of the measurement API:
 
-- phase records: :class:`slimgraph.phases.SubmissionRecord` (from
+- phase records: :class:`slimgraph.instrument.records.SubmissionRecord` (from
   ``get_history(scheduler)`` or ``slimgraph.instrument.client.get_submissions``)
 - memory trees: :class:`slimgraph.instrument.memory.MemoryTree`
 - lazy-container census: a DataFrame (``Census.to_frame()`` or
@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from slimgraph.phases import PHASES
+from slimgraph.instrument.records import PHASES
 
 #: Colours per scheduler label (stock red, slim blue, as on the dashboard).
 COLORS = {"stock": "#d62728", "slim": "#1f77b4", "slim (eager)": "#9ecae1",

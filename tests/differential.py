@@ -147,7 +147,7 @@ class Pair:
     #: Whether a Recorder plugin listens on both sides (it records every
     #: update_graph call and transition; a listening plugin makes the slim
     #: scheduler ingest synchronously instead of staging, see
-    #: slimgraph.staging). Tests run both ways.
+    #: slimgraph.ingest.pipeline). Tests run both ways.
     listen_default = True
 
     def __init__(

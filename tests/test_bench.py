@@ -11,7 +11,7 @@ from dask.delayed import delayed
 
 from slimgraph.bench.floor import bare_loop, load_and_measure, stall
 from slimgraph.bench.payload import capture, save
-from slimgraph.phases import OWNED_PHASES
+from slimgraph.instrument.records import OWNED_PHASES
 
 
 def test_bench_command_writes_both_kinds_and_the_limits(tmp_path):

@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:  # the checkout's dashboard/ package
     sys.path.insert(0, str(ROOT))
 
 from slimgraph import dashboard_tab as dt
-from slimgraph.phases import PHASES
+from slimgraph.instrument.records import PHASES
 
 
 def test_importing_dashboard_tab_does_not_import_panel():

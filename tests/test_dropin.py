@@ -27,7 +27,7 @@ import pytest
 from distributed import Client, Event, LocalCluster, Queue, Scheduler, Variable, Worker, wait
 
 from slimgraph.distributed import SlimLocalCluster, SlimScheduler, install, installed, uninstall
-from slimgraph.taskstate import SlimTaskState
+from slimgraph.model.taskstate import SlimTaskState
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 

@@ -33,7 +33,7 @@ def listening(request, monkeypatch):
     """Every case twice: with a Recorder plugin on both sides (the slim
     scheduler then ingests synchronously, and what plugins are told is
     compared), and without (new graphs are staged: built off the event
-    loop and published at once, see slimgraph.staging)."""
+    loop and published at once, see slimgraph.ingest.pipeline)."""
     monkeypatch.setattr(Pair, "listen_default", request.param == "listening")
     if request.param == "listening":
         # the defaults: these small graphs are ingested on the event loop

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from slimgraph import gcpause
+from slimgraph.runtime import gcpause
 
 
 @pytest.fixture(autouse=True)
@@ -122,7 +122,7 @@ def test_freeze_policy_lasts_until_the_scheduler_is_idle():
 def test_switch_interval_holds_are_counted_and_restored():
     import sys
 
-    from slimgraph import switching
+    from slimgraph.runtime import switching
 
     before = sys.getswitchinterval()
     switching.hold(0.0005)
@@ -137,7 +137,7 @@ def test_switch_interval_holds_are_counted_and_restored():
 
 
 def test_drain_empties_containers_in_steps():
-    from slimgraph import disposal
+    from slimgraph.runtime import disposal
 
     lst, dct, st = list(range(50_001)), {i: i for i in range(45_000)}, set(range(30_000))
     small = [1, 2]

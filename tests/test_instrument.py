@@ -40,7 +40,7 @@ from slimgraph.instrument.loopmon import LoopMonitor
 from slimgraph.instrument.memory import memory_tree, memory_tree_async
 from slimgraph.instrument.memray_capture import arm
 from slimgraph.instrument.stock import OTHER, install, records_own_phases
-from slimgraph.phases import PHASES
+from slimgraph.instrument.records import PHASES
 
 pytestmark = pytest.mark.timeout(120)
 

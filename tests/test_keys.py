@@ -11,7 +11,7 @@ from distributed.utils import key_split_group
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slimgraph.keys import NameResolver, group_name, key_split
+from slimgraph.model.keys import NameResolver, group_name, key_split
 
 
 def inc(x):

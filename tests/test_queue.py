@@ -8,8 +8,8 @@ from distributed.scheduler import TaskGroup, TaskPrefix
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slimgraph.queue import TaskQueue
-from slimgraph.taskstate import SlimTaskState
+from slimgraph.model.queue import TaskQueue
+from slimgraph.model.taskstate import SlimTaskState
 
 GROUP = TaskGroup("g", TaskPrefix("g"))
 
@@ -70,10 +70,13 @@ def test_same_as_heapset(prio_list, operations):
                 other = tasks[(i + 7) % 20]  # queued during the build
                 ref.add(refs[idx(other)])
                 q.add(other)
+            requeued = any(t._qseq is not None for t in batch)  # queued here before
             for k, t in enumerate(batch):
                 t._qseq = base + k
                 ref.add(refs[idx(t)])
-            q.merge_staged(set(batch), sorted(batch, key=lambda t: (t.priority, t._qseq)), base, len(batch))
+            q.merge_staged(
+                set(batch), sorted(batch, key=lambda t: (t.priority, t._qseq)), base, len(batch), requeued
+            )
         elif op == "discard":
             ref.discard(refs[i])
             q.discard(tasks[i])
@@ -107,7 +110,7 @@ def test_same_as_heapset(prio_list, operations):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(-2, 2), st.integers(0, 3), st.integers(0, 3000)), max_size=60))
 def test_sorted_by_priority_is_sorted_or_refuses_ties(prio_list):
-    from slimgraph.taskstate import sorted_by_priority
+    from slimgraph.model.taskstate import sorted_by_priority
 
     tasks = make_tasks(prio_list)
     out = sorted_by_priority(tasks)
@@ -119,3 +122,24 @@ def test_sorted_by_priority_is_sorted_or_refuses_ties(prio_list):
             assert out is not None
         if out is not None:
             assert [ts.priority for ts in out] == sorted(ts.priority for ts in tasks)
+
+
+def test_merge_of_a_task_queued_before_keeps_the_order():
+    """A task queued, dropped and queued again by a staged run gets a new
+    sequence number while a stale heap entry of it remains (found by
+    hypothesis): the queue must still read in order."""
+    tasks = make_tasks([(0, 0, 0)] * 3)
+    ref = HeapSet(key=operator.attrgetter("priority"))
+    refs = [Ref(i, (0, 0, 0)) for i in range(3)]
+    q = TaskQueue()
+    for i in (0, 1):
+        q.add(tasks[i])
+        ref.add(refs[i])
+    q.discard(tasks[1])
+    ref.discard(refs[1])
+    base = q.reserve(1)
+    tasks[1]._qseq = base
+    q.merge_staged({tasks[1]}, [tasks[1]], base, 1, requeued=True)
+    ref.add(refs[1])
+    assert [idx(x) for x in q.sorted()] == [idx(x) for x in ref.sorted()] == [0, 1]
+    assert idx(q.pop()) == 0 and idx(q.pop()) == 1 and not q

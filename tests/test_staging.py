@@ -1,4 +1,4 @@
-"""Staged ingestion (slimgraph.staging): built off the loop, published at once.
+"""Staged ingestion (slimgraph.ingest.pipeline): built off the loop, published at once.
 
 Each submission goes to a stock and a slim scheduler (no plugin listening,
 so the slim one stages it); the slim record must show the staged phases,
@@ -20,8 +20,12 @@ from dask import delayed
 from distributed.utils import offload
 
 from differential import Pair, assert_same, snapshot, wait_idle
-from slimgraph import staging
-from slimgraph.ingest import Submission, index_graph, compute_order
+from slimgraph.ingest.apply import commit, still_valid
+from slimgraph.ingest.build import build
+from slimgraph.ingest.index import compute_order, index_graph
+from slimgraph.ingest.pipeline import refusal
+from slimgraph.ingest.replay import replay
+from slimgraph.ingest.submission import Submission
 from slimgraph.instrument.recorder import get_history
 
 
@@ -178,10 +182,11 @@ def test_staging_off_by_config():
     run(body())
 
 
-async def _built(s, dsk: dict, keys: list) -> staging.StagedIngestion:
+async def _built(s, dsk: dict, keys: list) -> tuple:
+    """A staged build and its plan, made in a worker thread, not committed."""
     from time import time
 
-    from slimgraph.phases import SubmissionRecord
+    from slimgraph.instrument.records import SubmissionRecord
 
     index = index_graph(dsk, keys, False)
     sub = Submission(
@@ -200,10 +205,17 @@ async def _built(s, dsk: dict, keys: list) -> staging.StagedIngestion:
         code=(),
         span_metadata=None,
     )
-    assert staging.refusal(s, sub) is None
-    ing = staging.StagedIngestion(s, sub, SubmissionRecord(scheduler="slim"))
-    assert await offload(ing.build)
-    return ing
+    assert refusal(s, sub) is None
+    rec = SubmissionRecord(scheduler="slim")
+    seq_base = s.queued.reserve(len(index.reached))
+
+    def off_loop():
+        b = build(s, sub, rec, where="offload")
+        return b, replay(s, b, seq_base)
+
+    b, plan = await offload(off_loop)
+    assert not b.existing and not plan.stock
+    return b, plan
 
 
 def _graph(prefix: str, n: int = 30) -> tuple[dict, list]:
@@ -225,8 +237,8 @@ def test_commit_refuses_when_the_state_changed_during_the_build(change):
     async def body():
         async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
             dsk, keys = _graph("x")
-            ing = await _built(s, dsk, keys)
-            assert ing.still_valid()
+            b, plan = await _built(s, dsk, keys)
+            assert still_valid(s, b, plan)
             if change == "same key":
                 s.new_task(("x", 3), None, "released")
             elif change == "same group":
@@ -236,7 +248,7 @@ def test_commit_refuses_when_the_state_changed_during_the_build(change):
             else:
                 s.total_nthreads += 4
             before = (set(s.tasks), set(s.task_groups), len(s.queued), s.transition_counter)
-            assert not ing.still_valid()
+            assert not still_valid(s, b, plan)
             assert (set(s.tasks), set(s.task_groups), len(s.queued), s.transition_counter) == before
             assert Scheduler  # the class stock uses is untouched by staging
 
@@ -249,10 +261,10 @@ def test_unrelated_new_keys_during_the_build_do_not_refuse():
     async def body():
         async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
             dsk, keys = _graph("x")
-            ing = await _built(s, dsk, keys)
+            b, plan = await _built(s, dsk, keys)
             s.new_task("y-1", None, "released")
-            assert ing.still_valid()
-            ing.commit({}, {})
+            assert still_valid(s, b, plan)
+            assert commit(s, b, plan) is not None
             assert len(s.tasks) == len(dsk) + 1
             assert s.tasks["x-total"].state == "waiting"
             assert len(s.queued) == 30

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from distributed.scheduler import TaskState
 
-from slimgraph.taskstate import NoAnnotations, SlimTaskState, stored_annotations
+from slimgraph.model.taskstate import NoAnnotations, SlimTaskState, stored_annotations
 
 
 class _Group:

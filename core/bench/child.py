@@ -27,7 +27,7 @@ async def _run(payload_path: str, kind: str, trace: bool, hooks: bool = True) ->
     from slimgraph.distributed import SlimScheduler
     from slimgraph.instrument import stock as stock_hooks
     from slimgraph.instrument.recorder import get_history
-    from slimgraph.phases import rss_bytes
+    from slimgraph.instrument.records import rss_bytes
 
     payload = load(payload_path)
     cls = SlimScheduler if kind == "slim" else Scheduler

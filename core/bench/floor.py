@@ -90,7 +90,8 @@ def stall(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     between two 2 ms ticks of the calling thread meanwhile (seconds)."""
     import threading
 
-    from slimgraph import config, switching
+    from slimgraph import config
+    from slimgraph.runtime import switching
 
     out: list = []
     err: list = []
@@ -137,7 +138,7 @@ def measure(payload: dict) -> dict:
     from distributed.protocol.serialize import deserialize
     from distributed.scheduler import _cull, _materialize_graph
 
-    from slimgraph.phases import rss_bytes
+    from slimgraph.instrument.records import rss_bytes
 
     ser = payload.pop("expr_ser")
     keys = set(payload.pop("keys"))

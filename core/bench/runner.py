@@ -39,7 +39,7 @@ import threading
 import time
 from typing import Any
 
-from slimgraph.phases import OWNED_PHASES, PHASES
+from slimgraph.instrument.records import OWNED_PHASES, PHASES
 
 
 def _progress(label: str, proc: subprocess.Popen, every: float = 10.0) -> None:

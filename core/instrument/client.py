@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from slimgraph.instrument.memory import MemoryTree
-from slimgraph.phases import _ROW_CLASHES, PhaseRecord, SubmissionRecord
+from slimgraph.instrument.records import _ROW_CLASHES, PhaseRecord, SubmissionRecord
 
 
 def _remote_ensure(dask_scheduler=None, install_hooks=False, record_phases="auto"):
@@ -194,7 +194,7 @@ def get_loop_monitor(client: Any) -> dict:
 
 
 async def _get_history(client, since=0):
-    from slimgraph.phases import History
+    from slimgraph.instrument.records import History
 
     recs = await _get_records(client, since, True)
     h = History()
@@ -204,5 +204,5 @@ async def _get_history(client, since=0):
 
 
 def get_history(client: Any, since: int = 0):
-    """A local :class:`~slimgraph.phases.History` copy of the scheduler's records."""
+    """A local :class:`~slimgraph.instrument.records.History` copy of the scheduler's records."""
     return _run(client, _get_history, since)

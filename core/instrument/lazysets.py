@@ -40,8 +40,8 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator
 
-from slimgraph import gcpause
-from slimgraph.containers import NO_EDGES
+from slimgraph.runtime import gcpause
+from slimgraph.model.containers import NO_EDGES
 
 ATTRS = ("dependencies", "dependents", "waiting_on", "waiters", "who_has", "who_wants")
 STOCK_ACTIVE_STATES = frozenset({"waiting", "queued", "no-worker", "processing", "memory"})

@@ -63,7 +63,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from slimgraph import gcpause
+from slimgraph.runtime import gcpause
 
 #: Container-like TaskState attributes, each gets its own node.
 CONTAINER_ATTRS = (
@@ -86,7 +86,7 @@ def _attr(ts: Any, name: str) -> Any:
     """An attribute as the task holds it (a slim task without annotations
     holds none; reading ``annotations`` would make an empty one)."""
     if name == "annotations":
-        from slimgraph.taskstate import stored_annotations
+        from slimgraph.model.taskstate import stored_annotations
 
         return stored_annotations(ts)
     return getattr(ts, name, None)

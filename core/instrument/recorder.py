@@ -1,6 +1,6 @@
 """The ``slimgraph`` scheduler extension: where records live on a scheduler.
 
-Both schedulers keep their :class:`~slimgraph.phases.History` at
+Both schedulers keep their :class:`~slimgraph.instrument.records.History` at
 ``scheduler.extensions["slimgraph"].history``. The slim engine fills it
 itself; :mod:`slimgraph.instrument.stock` fills it for a stock scheduler.
 :func:`get_history` works for both and creates the extension if missing.
@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from slimgraph.instrument.loopmon import LoopMonitor
-from slimgraph.phases import History, SubmissionRecord, rss_bytes
+from slimgraph.instrument.records import History, SubmissionRecord, rss_bytes
 
 EXTENSION_NAME = "slimgraph"
 
@@ -48,7 +48,7 @@ def fast_rss() -> int:
 
     ``pread`` of a kept-open ``/proc/self/statm`` (~5 us; opening the file
     each time costs ~30 us and psutil ~60 us here), else
-    :func:`slimgraph.phases.rss_bytes`.
+    :func:`slimgraph.instrument.records.rss_bytes`.
     """
     global _statm
     try:

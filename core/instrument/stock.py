@@ -62,7 +62,7 @@ from distributed import Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from slimgraph.instrument.recorder import get_extension
-from slimgraph.phases import PhaseClock, PhaseRecord, SubmissionRecord
+from slimgraph.instrument.records import PhaseClock, PhaseRecord, SubmissionRecord
 
 OTHER = "other"
 

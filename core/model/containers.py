@@ -19,7 +19,7 @@ The slim task state therefore holds:
   same object as ``dependencies`` / ``dependents`` when their contents are
   equal. The first time a transition is about to mutate one of them it is
   *thawed*: replaced by a private ``set`` copy (see
-  :meth:`slimgraph.state.SlimSchedulerState._transition`). Emptied sets are
+  :meth:`slimgraph.model.state.SlimSchedulerState.on_transition`). Emptied sets are
   dropped back to ``None``.
 
 Nothing here knows about the scheduler: these are plain containers.

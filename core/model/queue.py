@@ -65,7 +65,7 @@ class TaskQueue:
         self._next += n
         return base
 
-    def merge_staged(self, members: set, ordered: list, base: int, n: int) -> None:
+    def merge_staged(self, members: set, ordered: list, base: int, n: int, requeued: bool = False) -> None:
         """Add tasks queued by a staged ingestion in one step.
 
         ``members`` holds them, ``ordered`` holds them sorted by
@@ -73,9 +73,14 @@ class TaskQueue:
         reserved by :meth:`reserve`. If anything was queued since the
         reservation, that task was queued first and must win ties: the
         staged tasks are renumbered after it (same relative order).
+        ``requeued``: some of them were queued here before and got a new
+        number, so a stale entry of theirs may sit out of place in the heap
+        (as in :meth:`add`); the heap is re-heapified before it is next read.
         """
         if not members:
             return
+        if requeued:
+            self._dirty = True
         if self._next != base + n:
             shift = self._next - base
             for ts in ordered:
@@ -97,7 +102,7 @@ class TaskQueue:
             rest = [ts for r, i in self._runs for ts in r[i:]]
             self._runs = []
             self._heap.extend(rest)
-            self._heap.sort(key=_sort_key)
+            self._heap.sort(key=sort_key)
 
     def __contains__(self, value: object) -> bool:
         return value in self._data
@@ -126,7 +131,7 @@ class TaskQueue:
         if self._pending:
             pending = self._pending
             self._pending = []
-            pending.sort(key=_sort_key)
+            pending.sort(key=sort_key)
             if not self._heap and not self._runs:
                 self._heap = pending  # a sorted list is a heap
             else:
@@ -267,6 +272,6 @@ class TaskQueue:
         self._dirty = False
 
 
-def _sort_key(ts: Any) -> tuple:
+def sort_key(ts: Any) -> tuple:
     """The order ``SlimTaskState.__lt__`` defines, as a C-comparable tuple."""
     return (ts.priority, ts._qseq)

@@ -24,9 +24,10 @@ from __future__ import annotations
 import itertools
 from typing import Any, ClassVar
 
-from distributed.scheduler import TaskState as _StockTaskState
+from slimgraph import shim
+from slimgraph.model.containers import NO_EDGES, Edges
 
-from slimgraph.containers import NO_EDGES, Edges
+_StockTaskState = shim.StockTaskState
 
 #: Attributes that live in :class:`Extra`, with the default every task has.
 EXTRA_DEFAULTS: dict[str, Any] = {
@@ -130,8 +131,8 @@ class SlimTaskState:
     @classmethod
     def detached(cls, key: Any, run_spec: Any, group: Any) -> "SlimTaskState":
         """A released task whose group has NOT counted it yet: bulk ingestion
-        creates many and updates each group's counts once (see
-        :func:`count_into_groups`)."""
+        creates many and updates each group's counts once
+        (``shim.count_added``)."""
         ts = cls.__new__(cls)
         ts.key = key
         ts.run_spec = run_spec
@@ -161,7 +162,7 @@ class SlimTaskState:
         return hash(self.key)
 
     def __lt__(self, other: "SlimTaskState") -> bool:
-        """Queue order: priority, then insertion order (see slimgraph.queue)."""
+        """Queue order: priority, then insertion order (see slimgraph.model.queue)."""
         a = self._prio_head
         b = other._prio_head
         if a is b or a == b:
@@ -201,16 +202,7 @@ class SlimTaskState:
 
     @state.setter
     def state(self, value: str) -> None:
-        tg = self.group
-        old = self._state
-        gs = tg.states
-        gs[old] -= 1
-        gs[value] += 1
-        tp = tg.prefix
-        ps = tp.states
-        ps[old] -= 1
-        ps[value] += 1
-        tp.state_counts[value] += 1
+        shim.count_moved(self.group, self._state, value)
         self._state = value
 
     @property
@@ -235,9 +227,7 @@ class SlimTaskState:
         nbytes = self.nbytes
         if nbytes >= 0:
             return nbytes
-        from distributed.scheduler import DEFAULT_DATA_SIZE
-
-        return DEFAULT_DATA_SIZE
+        return shim.DEFAULT_DATA_SIZE
 
     def set_nbytes(self, nbytes: int) -> None:
         diff = nbytes
@@ -253,8 +243,7 @@ class SlimTaskState:
         return sum(ts.get_nbytes() for ts in self.dependencies)
 
     def validate(self) -> None:
-        from distributed.scheduler import ClientState, WorkerState, validate_task_state
-
+        ClientState, WorkerState = shim.ClientState, shim.WorkerState
         for cs in self.who_wants or ():
             assert isinstance(cs, ClientState), (repr(cs), self.who_wants)
         for ws in self.who_has or ():
@@ -263,7 +252,7 @@ class SlimTaskState:
             assert isinstance(ts, SlimTaskState), (repr(ts), self.dependencies)
         for ts in self.dependents:
             assert isinstance(ts, SlimTaskState), (repr(ts), self.dependents)
-        validate_task_state(self)
+        shim.validate_task_state(self)
 
     def _to_dict_no_nest(self, *, exclude: Any = ()) -> dict[str, Any]:
         """As stock's: every public, non-callable member (``dump_cluster_state``
@@ -433,13 +422,3 @@ def _plus(container: Any, item: Any) -> Any:
     new = set(container)
     new.add(item)
     return Edges(new)
-
-
-def count_into_groups(per_group: dict) -> None:
-    """What ``TaskGroup.add`` does, once per group: ``{id: [group, n]}``."""
-    for tg, n in per_group.values():
-        tg.states["released"] += n
-        tg._size += n
-        tp = tg.prefix
-        tp.states["released"] += n
-        tp._size += n

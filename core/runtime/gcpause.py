@@ -42,7 +42,7 @@ def release() -> None:
     global _depth
     with _lock:
         if _depth <= 0:
-            raise RuntimeError("slimgraph.gcpause.release() without hold()")
+            raise RuntimeError("slimgraph.runtime.gcpause.release() without hold()")
         _depth -= 1
         if _depth == 0 and _was_enabled:
             gc.enable()

@@ -187,6 +187,10 @@ class SubmissionRecord:
     rss_after: int | None = None
     status: str = "running"  # running / OK / cancelled / error
     error: str | None = None
+    #: how the graph reached the scheduler's state: "staged" (built off the
+    #: event loop, published in one commit), "in place: <why not staged>",
+    #: or "stock"
+    ingestion: str | None = None
 
     def phase(self, name: str, where: str = "event-loop") -> PhaseClock:
         for p in self.phases:

@@ -11,7 +11,7 @@ lowered to ``slimgraph.switch-interval`` (0.5 ms) and restored after the
 last one ends; the busy thread loses well under one percent to the extra
 switches.
 
-Holds are counted, like :mod:`slimgraph.gcpause`, because ingestions
+Holds are counted, like :mod:`slimgraph.runtime.gcpause`, because ingestions
 overlap.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def release() -> None:
     global _depth
     with _lock:
         if _depth <= 0:
-            raise RuntimeError("slimgraph.switching.release() without hold()")
+            raise RuntimeError("slimgraph.runtime.switching.release() without hold()")
         _depth -= 1
         if _depth == 0:
             sys.setswitchinterval(_saved)

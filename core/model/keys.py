@@ -19,14 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from dask.utils import key_split as _cached_key_split
-from distributed.utils import key_split_group
-
-#: dask's ``key_split`` without its process-wide ``lru_cache``: resolving a
-#: submission's names through the cached one would fill that cache with up
-#: to 100k of its keys (and keep them alive), which is what the resolver
-#: exists to avoid.
-key_split = getattr(_cached_key_split, "__wrapped__", _cached_key_split)
+from slimgraph.shim import key_split, key_split_group  # key_split: uncached
 
 
 def group_name(key: Any) -> str:

@@ -2,13 +2,14 @@
 
 What changes against stock ``SchedulerState``:
 
-- tasks are :class:`~slimgraph.taskstate.SlimTaskState` objects with
-  compact, copy-on-write containers (:mod:`slimgraph.containers`);
-- every transition first *thaws* the containers it may mutate into private
+- tasks are :class:`~slimgraph.model.taskstate.SlimTaskState` objects with
+  compact, copy-on-write containers (:mod:`slimgraph.model.containers`);
+- every transition (``on_transition``, called by ``shim.TransitionHook``
+  in place of distributed's own) first *thaws* the containers it may mutate into private
   sets and afterwards drops emptied ones, so distributed's own transition
   functions run unchanged on the slim containers;
 - a graph submission is ingested by :mod:`slimgraph.ingest` in bulk
-  instead of stock's ``_create_taskstate_from_graph``.
+  instead of stock's task-state creation.
 
 Everything else — the transition table, decide_worker, queuing, stealing,
 workers, clients — is stock distributed's code. The mixin must come first in
@@ -18,13 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import dask.config
-from distributed.scheduler import SchedulerState, TaskGroup, TaskPrefix, scheduler_story
-
-from slimgraph import config, gcpause
-from slimgraph.containers import NO_EDGES
-from slimgraph.queue import TaskQueue
-from slimgraph.taskstate import SlimTaskState
+from slimgraph import config
+from slimgraph.model.containers import NO_EDGES
+from slimgraph.model.queue import TaskQueue
+from slimgraph.model.taskstate import SlimTaskState
+from slimgraph.runtime import gcpause
+from slimgraph.shim import TaskGroup, TaskPrefix, TransitionHook, scheduler_story
 
 #: Transitions that never touch waiting_on / waiters / edges.
 _CONTAINER_FREE = frozenset(
@@ -59,13 +59,13 @@ def _settle(ts: SlimTaskState) -> None:
         ts.waiters = None
 
 
-class SlimSchedulerState(SchedulerState):
+class SlimSchedulerState(TransitionHook):
     """Mixin that puts a SchedulerState on slim task states."""
 
     #: Whether containers are lazy/shared (read from config at construction).
     slim_lazy: bool
     #: Bumped whenever keys or task groups are added; a staged ingestion
-    #: (slimgraph.staging) built while it was unchanged can skip re-checks.
+    #: (slimgraph.ingest.apply.commit) built while it was unchanged can skip re-checks.
     #: (A class default: a scheduler made slim in place has it too.)
     slim_epoch: int = 0
 
@@ -73,9 +73,9 @@ class SlimSchedulerState(SchedulerState):
         self.slim_lazy = bool(config.get("lazy-containers"))
         self.slim_epoch = 0
         super().__init__(*args, **kwargs)
-        self._slim_queue()
+        self.use_task_queue()
 
-    def _slim_queue(self) -> None:
+    def use_task_queue(self) -> None:
         """Swap distributed's HeapSet for the leaner TaskQueue (while empty)."""
         if not isinstance(self.queued, TaskQueue):
             assert not self.queued, "can only swap an empty queue"
@@ -94,7 +94,7 @@ class SlimSchedulerState(SchedulerState):
 
     def new_task(self, key: Any, spec: Any, state: str, computation: Any = None) -> SlimTaskState:
         """Create a task outside of graph ingestion (scatter, Variable, ...)."""
-        from slimgraph.keys import group_name, key_split
+        from slimgraph.model.keys import group_name, key_split
 
         group_key = group_name(key)
         created = group_key not in self.task_groups
@@ -111,10 +111,10 @@ class SlimSchedulerState(SchedulerState):
 
     # ------------------------------------------------------------------
     # transitions on slim containers
-    def _transition(self, key: Any, finish: str, stimulus_id: str, **kwargs: Any):
+    def on_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
         ts = self.tasks.get(key)
         if ts is None or (ts._state, finish) in _CONTAINER_FREE:
-            out = super()._transition(key, finish, stimulus_id, **kwargs)
+            out = self.stock_transition(key, finish, stimulus_id, kwargs)
             if finish == "forgotten" and not self.tasks:
                 gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
             return out
@@ -139,7 +139,7 @@ class SlimSchedulerState(SchedulerState):
                 ts.dependencies = set(deps)
             if type(dependents) is not set:
                 ts.dependents = set(dependents)
-        out = super()._transition(key, finish, stimulus_id, **kwargs)
+        out = self.stock_transition(key, finish, stimulus_id, kwargs)
         if forgetting and not self.tasks:
             gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
         if self.slim_lazy:

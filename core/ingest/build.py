@@ -1,0 +1,511 @@
+"""Build: a numbered submission turned into task states, nothing published.
+
+Stock creates each task state in the scheduler's own dict, adds every edge
+through ``add_dependency``, annotates the new tasks and gives every touched
+task a priority, all on the event loop. Here the same objects are made in
+one pass, *privately*: new task states go into a dict of their own, new
+task groups and prefixes are private objects, and every change to something
+the scheduler already holds (a group that gains tasks, an existing task
+that gains dependents, a run_spec or a priority) is written down as a
+delta instead of being made. The result, a :class:`Build`, is a value: the
+scheduler is unchanged until an applier (:mod:`slimgraph.ingest.apply`)
+publishes it, and it can be made in a worker thread while the event loop
+keeps serving.
+
+What the build read from the scheduler is recorded in :class:`Reads`, so
+that a staged commit can check that none of it changed in the meantime.
+
+Costs (1M-task array, 2-core machine): one ``SlimTaskState.detached`` per
+new task (the bare CPython floor of building one slotted object, a dict
+entry and its links is ~1.3 s at 1M, see ``slimgraph.bench.floor``); one
+group lookup per distinct *name*, not per key; edges packed into compact
+containers in bulk, one container per task.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from dask.utils import parse_timedelta
+
+from slimgraph import shim
+from slimgraph.ingest import spans
+from slimgraph.ingest.submission import Submission
+from slimgraph.instrument.records import SubmissionRecord
+from slimgraph.model.containers import Edges
+from slimgraph.model.keys import NameResolver
+from slimgraph.model.taskstate import SlimTaskState, _prio_head, stored_annotations
+
+#: what stock reports from update_graph goes where stock reports it
+stock_logger = logging.getLogger("distributed.scheduler")
+
+#: annotations whose application reads the scheduler (worker aliases)
+_ADDRESS_ANNOTATIONS = ("workers", "restrictions")
+
+
+class GroupDelta:
+    """What a submission changes in a task group the scheduler already has.
+
+    The build reads the group (its size and dependencies decide whether its
+    tasks are root-ish) and keeps its own changes here: tasks added, state
+    moves, new dependency groups. Applying adds counts; it never sets them,
+    so the group's tasks moving between states meanwhile does not matter.
+    """
+
+    __slots__ = ("group", "sizes_read", "deps_read", "added", "moves", "dependencies")
+
+    def __init__(self, group: Any):
+        self.group = group
+        self.deps_read = set(group.dependencies)
+        self.sizes_read = [shim.group_size(group), *map(shim.group_size, self.deps_read)]
+        self.added = 0
+        self.moves: dict = {}  # (old, new) -> n
+        self.dependencies: set = set()
+
+    def unchanged(self) -> bool:
+        """Whether what the build read of the group still holds."""
+        tg = self.group
+        return tg.dependencies == self.deps_read and self.sizes_read == [
+            shim.group_size(tg),
+            *map(shim.group_size, self.deps_read),
+        ]
+
+    def apply(self) -> None:
+        tg = self.group
+        if self.added:
+            shim.count_added(tg, self.added)
+        for (old, new), n in self.moves.items():
+            shim.count_moved(tg, old, new, n)
+        self.moves.clear()
+        tg.dependencies |= self.dependencies
+
+
+@dataclass
+class Reads:
+    """What a build read from the scheduler, to be checked again at commit."""
+
+    epoch: int
+    clock: tuple
+    nthreads: int
+    saturation: float
+    aliases: dict | None = None
+
+
+@dataclass
+class Build:
+    """A submission's task states and deltas (see module docstring)."""
+
+    sub: Submission
+    #: the new task states by key, published by one ``dict.update``
+    tasks: dict = field(default_factory=dict)
+    #: the new task states, in the order they were made
+    new: list = field(default_factory=list)
+    #: every task the submission touches (stock's ``touched_tasks``):
+    #: reached tasks, new or not, then the keys needed from outside the graph
+    touched: list = field(default_factory=list)
+    #: graph index -> task state (reached indices only)
+    by_index: list = field(default_factory=list)
+    #: task groups made by this submission, private, in order of appearance
+    new_groups: list = field(default_factory=list)
+    #: task prefixes made by this submission (name -> private prefix); a
+    #: name the scheduler already has is folded into its prefix on publishing
+    prefixes: dict = field(default_factory=dict)
+    #: scheduler-owned groups the submission adds to: id(group) -> GroupDelta
+    live_groups: dict = field(default_factory=dict)
+    #: existing tasks that had no run_spec: [(ts, run_spec)]
+    run_specs: list = field(default_factory=list)
+    #: existing tasks whose edge containers change: [(ts, attribute,
+    #: container)]; a list as container: add its items to the set in place
+    edges_of_existing: list = field(default_factory=list)
+    #: existing tasks that get their first priority: [(ts, head, order)]
+    priorities: list = field(default_factory=list)
+    #: tasks resubmitted with different dependencies: [(ts, spec, old, new)]
+    collisions: list = field(default_factory=list)
+    keys_with_annotations: set = field(default_factory=set)
+    #: each group's first touched task, groups in order of appearance
+    #: (new tasks only: [(group, task)])
+    group_firsts: list = field(default_factory=list)
+    #: the touched tasks' groups for the spans extension (None: no extension)
+    span_groups: list | None = None
+    #: the submission's generation, and ``(generation, time)`` the scheduler
+    #: moves to (None: unchanged)
+    generation: Any = None
+    moved_generation: tuple | None = None
+    #: touched tasks the scheduler already had (0: a brand-new graph)
+    existing: int = 0
+    edges: int = 0
+    reads: Reads | None = None
+    #: big per-step scratch, freed by disposal rather than in one cascade
+    scratch: list = field(default_factory=list)
+
+    def temporaries(self) -> list:
+        """Big containers only this build holds (see slimgraph.runtime.disposal)."""
+        return [self.tasks, self.by_index, self.new, self.touched, *self.scratch]
+
+    def group_delta(self, tg: Any) -> GroupDelta | None:
+        return self.live_groups.get(id(tg)) if self.live_groups else None
+
+
+def build(state: Any, sub: Submission, rec: SubmissionRecord, where: str = "event-loop") -> Build:
+    """Phases ``task_states``, ``annotations`` and ``priorities``."""
+    b = Build(sub=sub, by_index=[None] * len(sub.index.keys))
+    b.reads = Reads(
+        epoch=state.slim_epoch,
+        clock=shim.generation_clock(state),
+        nthreads=state.total_nthreads,
+        saturation=state.WORKER_SATURATION,
+    )
+    with rec.phase("task_states", where=where) as p:
+        fresh = _task_states(state, b)
+        _edges(state, b, fresh)
+        p.tasks = len(b.touched)
+        p.edges = b.edges
+    with rec.phase("annotations", where=where) as p:
+        _annotations(state, b)
+        p.tasks = len(b.keys_with_annotations)
+    with rec.phase("priorities", where=where) as p:
+        _priorities(state, b)
+        p.tasks = len(b.touched)
+    if state.extensions.get("spans") is not None:
+        with rec.phase("annotations", where=where):
+            ann = (sub.annotations_by_type or {}, sub.global_annotations or {})
+            b.span_groups = spans.plan(b, any("span" in a for a in ann))
+    return b
+
+
+# ---------------------------------------------------------------------------
+# task states
+# ---------------------------------------------------------------------------
+def _task_states(state: Any, b: Build) -> list:
+    """One task state per new key; existing keys checked (stock's
+    ``_generate_taskstates``). Returns the graph indices whose edges must
+    be made."""
+    sub = b.sub
+    idx = sub.index
+    dsk = idx.dsk
+    live = state.tasks
+    live_groups = state.task_groups
+    groups: dict = {}
+    prefixes = b.prefixes
+
+    def make_group(group_key: str, prefix_key: str) -> Any:
+        tg = groups.get(group_key)
+        if tg is None:
+            tg = live_groups.get(group_key)
+            if tg is not None:  # the scheduler's own: read now, changed on publishing
+                b.live_groups[id(tg)] = GroupDelta(tg)
+            else:
+                tp = prefixes.get(prefix_key)
+                if tp is None:
+                    prefixes[prefix_key] = tp = shim.TaskPrefix(prefix_key)
+                tg = shim.TaskGroup(group_key, tp)
+                b.new_groups.append(tg)
+            groups[group_key] = tg
+        return tg
+
+    resolver = NameResolver(make_group)
+    resolve = resolver.group_of
+    by_name = resolver._by_name
+    by_index = b.by_index
+    keys = idx.keys
+    tasks = b.tasks
+    new = b.new
+    touched = b.touched
+    fresh: list = []  # graph indices whose edges must be made
+    per_group: dict = {}
+    firsts: dict = {}  # id(group) -> (group, its first new task)
+    detached = SlimTaskState.detached
+    for i in idx.reached:
+        k = keys[i]
+        ts = live.get(k)
+        if ts is None:
+            tg = by_name.get(k[0] if type(k) is tuple else k)
+            if tg is None:
+                tg = resolve(k)
+            ts = detached(k, dsk[k], tg)
+            c = per_group.get(id(tg))
+            if c is None:
+                per_group[id(tg)] = [tg, 1]
+                firsts[id(tg)] = (tg, ts)
+            else:
+                c[1] += 1
+            tasks[k] = ts
+            new.append(ts)
+            fresh.append(i)
+        else:
+            b.existing += 1
+            # a task made before its run_spec was known (a Variable's
+            # client_desires_keys, scatter): it gets this one
+            if ts.run_spec is None:
+                b.run_specs.append((ts, dsk[k]))
+                fresh.append(i)
+            else:
+                lhs = {d.key for d in ts.dependencies}
+                rhs = dsk[k].dependencies
+                if lhs != rhs:
+                    b.collisions.append((ts, dsk[k], lhs, rhs))
+        by_index[i] = ts
+        touched.append(ts)
+    for k in idx.outside:
+        touched.append(live[k])
+        b.existing += 1
+    b.group_firsts = [(tg, first) for tg, first in firsts.values()]
+    for gid, (tg, n) in per_group.items():
+        delta = b.live_groups.get(gid)
+        if delta is not None:
+            delta.added += n
+        else:
+            shim.count_added(tg, n)  # a private group (and prefix)
+    return fresh
+
+
+def _edges(state: Any, b: Build, fresh: list) -> None:
+    """Edges, in bulk, for the tasks at graph indices ``fresh``.
+
+    Each new task's dependencies become one compact container, added in
+    the order stock adds them (the graph's dependency frozenset order).
+    Dependents are collected in graph order, as stock's ``add_dependency``
+    loop over the graph does, and packed once per task. A task the
+    scheduler already has gets its new container on publishing.
+    """
+    lazy = state.slim_lazy
+    live = state.tasks
+    new_tasks = b.tasks
+    by_index = b.by_index
+    new = b.new
+    changed: dict = {}  # id(existing ts) -> [ts, {attribute: container}]
+
+    def lookup(key: Any) -> Any:
+        ts = new_tasks.get(key)
+        return live[key] if ts is None else ts
+
+    def set_edges(ts: Any, attr: str, value: Any) -> None:
+        if new_tasks.get(ts.key) is ts:
+            setattr(ts, attr, value)
+        else:
+            entry = changed.get(id(ts))
+            if entry is None:
+                changed[id(ts)] = entry = [ts, {}]
+            entry[1][attr] = value
+
+    def current(ts: Any, attr: str) -> Any:
+        entry = changed.get(id(ts))
+        if entry is not None and attr in entry[1]:
+            return entry[1][attr]
+        return getattr(ts, attr)
+
+    run_spec_of = {id(ts): spec for ts, spec in b.run_specs}
+    fresh = _in_index_order(fresh, len(by_index))
+    dependents: dict = {}
+    n_edges = 0
+    for i in fresh:
+        ts = by_index[i]
+        spec = run_spec_of.get(id(ts)) if b.run_specs else None
+        spec_deps = (ts.run_spec if spec is None else spec).dependencies
+        if not spec_deps:
+            if not lazy and spec is None:
+                ts.dependencies = set()
+            continue
+        # stock adds the frozenset's keys one by one to an empty set; a set
+        # of the keys built the same way iterates in that order (task
+        # states hash like their keys) without Python-level hashing.
+        if len(spec_deps) == 1:
+            dl = [lookup(d) for d in spec_deps]
+        else:
+            dl = [lookup(d) for d in set(list(spec_deps))]
+        for dts in dl:
+            lst = dependents.get(id(dts))
+            if lst is None:
+                dependents[id(dts)] = [dts, ts]
+            else:
+                lst.append(ts)
+        old = current(ts, "dependencies")
+        if old:  # a run_spec-less task that already had edges
+            dl = [*old, *(d for d in dl if d not in old)]
+        n_edges += len(dl)
+        if lazy:
+            set_edges(ts, "dependencies", Edges(dl))
+        elif type(old) is set:
+            # stock adds to the existing set, in spec order (in place, on publishing)
+            set_edges(ts, "dependencies", [lookup(d) for d in spec_deps])
+        elif old:
+            set_edges(ts, "dependencies", set(dl))
+        else:
+            # stock's insertion sequence (the spec's frozenset order): a set
+            # built from another set's iteration order may iterate
+            # differently where keys collide
+            set_edges(ts, "dependencies", {lookup(d) for d in spec_deps})
+        tg0 = ts.group
+        delta = b.group_delta(tg0)
+        tgd = tg0.dependencies if delta is None else delta.dependencies
+        last = None
+        for dts in dl:
+            g = dts.group
+            if g is not last:
+                tgd.add(g)
+                last = g
+    # A task with one dependent shares that container with its siblings
+    # (immutable, thawed before any change): in a reduction most tasks have
+    # one dependent, shared by all inputs of the same reducer.
+    single: dict = {}
+    for lst in dependents.values():
+        dts = lst[0]
+        if lazy and len(lst) == 2 and not current(dts, "dependents"):
+            t = lst[1]
+            e = single.get(id(t))
+            if e is None:
+                e = single[id(t)] = Edges((t,))
+            set_edges(dts, "dependents", e)
+        else:
+            set_edges(dts, "dependents", _grown_dependents(current(dts, "dependents"), lst[1:], lazy))
+    if not lazy:
+        for ts in new:
+            if type(ts.dependents) is not set:
+                ts.dependents = set(ts.dependents)
+            if type(ts.dependencies) is not set:
+                ts.dependencies = set(ts.dependencies)
+    for ts, attrs in changed.values():
+        for attr, value in attrs.items():
+            b.edges_of_existing.append((ts, attr, value))
+    b.edges = n_edges
+    b.scratch += (dependents, single, fresh)
+
+
+def _grown_dependents(old: Any, lst: list, lazy: bool) -> Any:
+    """``old`` dependents plus ``lst`` (new ones, in graph order), packed."""
+    if lazy and not old and len(lst) == 1:
+        return Edges(lst)
+    if old:
+        have = old if type(old) is set else set(old)
+        lst = [*have, *(t for t in lst if t not in have)]
+    if not lazy:
+        return set(lst)
+    if len(lst) == 1:
+        return Edges(lst)
+    # set-iteration order, hashing keys in C (see _edges)
+    by_key = {t.key: t for t in lst}
+    return Edges([by_key[k] for k in set(list(by_key))])
+
+
+def _in_index_order(indices: list, n: int) -> Any:
+    """``sorted(indices)`` for distinct indices below ``n``, without one long
+    C-level sort (it holds the GIL: 0.2 s for a million, a stall for the
+    event loop even when a worker thread sorts)."""
+    if len(indices) == n:
+        return range(n)
+    mask = bytearray(n)
+    for i in indices:
+        mask[i] = 1
+    return [i for i in range(n) if mask[i]]
+
+
+def warn_collisions(collisions: list) -> None:
+    """Stock's warning for a key resubmitted with other dependencies, word
+    for word, once per task group (the rest at debug level), on stock's
+    logger."""
+    bad_groups: set = set()
+    for ts, spec, lhs, rhs in collisions:
+        head = (
+            f"Detected different `run_spec` for key {ts.key!r} between "
+            "two consecutive calls to `update_graph`."
+        )
+        if ts.group in bad_groups:
+            stock_logger.debug(head)
+            continue
+        bad_groups.add(ts.group)
+        details = "\n".join([
+            "",
+            "Debugging information",
+            "---------------------",
+            f"old task state: {ts.state}",
+            f"old run_spec: {ts.run_spec!r}",
+            f"new run_spec: {spec!r}",
+            f"old dependencies: {lhs}",
+            f"new dependencies: {rhs}",
+            "",
+        ])
+        stock_logger.warning(
+            head + " This can cause failures and deadlocks down the line. "
+            "Please ensure unique key names. If you are using a standard dask "
+            "collections, consider releasing all the data before resubmitting "
+            "another computation. More details and help can be found at "
+            "https://github.com/dask/dask/issues/9888. " + details
+        )
+
+
+# ---------------------------------------------------------------------------
+# annotations and priorities
+# ---------------------------------------------------------------------------
+def _annotations(state: Any, b: Build) -> None:
+    sub = b.sub
+    if not sub.annotations_by_type and not sub.global_annotations:
+        return
+    if any(a in (sub.annotations_by_type or {}) or a in (sub.global_annotations or {})
+           for a in _ADDRESS_ANNOTATIONS):
+        # worker addresses are resolved through the scheduler's aliases
+        b.reads.aliases = dict(state.aliases)
+    # Stock's own method, on the new tasks only (as stock): it is per task
+    # only when there are annotations.
+    b.keys_with_annotations = shim.apply_annotations(
+        state, b.new, sub.annotations_by_type, sub.global_annotations
+    )
+
+
+def generation(state: Any, sub: Submission) -> tuple:
+    """The generation this submission's priorities get, and the
+    ``(generation, time)`` the scheduler moves to (None: unchanged), as
+    stock's ``_set_priorities`` decides them. Reads the state only."""
+    fifo = parse_timedelta(sub.fifo_timeout)
+    gen, last_time = shim.generation_clock(state)
+    if sub.submitting_task:
+        sts = state.tasks.get(sub.submitting_task)
+        if sts is not None:
+            assert sts.priority
+            return sts.priority[0] - 0.01, None
+        return gen, None
+    if last_time + fifo < sub.start:
+        return gen + 1, (gen + 1, sub.start)
+    return gen, None
+
+
+def _priorities(state: Any, b: Build) -> None:
+    sub = b.sub
+    gen, moved = generation(state, sub)
+    b.generation = gen
+    b.moved_generation = moved
+    up = sub.user_priority
+    up_dict = up if isinstance(up, dict) else None
+    prios = sub.priorities
+    by_index = b.by_index
+    if isinstance(prios, dict):
+        pos = sub.index.pos
+        prio_of = [None] * len(by_index)
+        for k, p in prios.items():
+            i = pos.get(k)
+            if i is not None:
+                prio_of[i] = p
+    else:
+        prio_of = prios
+    new_tasks = b.tasks
+    default_head = _prio_head(-(0 if up_dict is not None else up), gen)
+    for i in sub.index.reached:
+        ts = by_index[i]
+        if ts._prio_head is not None:
+            continue
+        p = prio_of[i]
+        if p is None:
+            continue
+        ann = stored_annotations(ts)
+        if up_dict is None and not ann:
+            head = default_head
+        else:
+            task_user = up_dict.get(ts.key, 0) if up_dict is not None else up
+            if ann:
+                task_user = ann.get("priority", task_user)
+            head = _prio_head(-task_user, gen)
+        if b.existing and new_tasks.get(ts.key) is not ts:
+            b.priorities.append((ts, head, p))
+        else:
+            ts._prio_head = head
+            ts._prio_order = p

@@ -1,0 +1,291 @@
+"""The ingestion pipeline: one ``update_graph``, from the wire to the state.
+
+Stock's ``update_graph`` does it all in one method of the Scheduler server.
+Here the steps are separate and each one says where it runs:
+
+==================  =====================================  ==============
+phase               what                                   where
+==================  =====================================  ==============
+deserialize         unpickle the client's expression       loop if small
+materialize         dask builds the task dict              thread
+cull, order         number the graph, order it             loop if small
+lost_dependencies   keys needed from outside, known?       loop
+task_states ...     :func:`~slimgraph.ingest.build.build`  thread or loop
+transitions         :func:`~slimgraph.ingest.replay.replay`  thread or loop
+commit / who_wants  :mod:`~slimgraph.ingest.apply`         loop
+plugins,
+transitions
+==================  =====================================  ==============
+
+A big submission is *staged*: built and replayed in a worker thread while
+the event loop keeps serving, then published in one short commit that first
+checks that nothing the build read has changed. Everything else, and a
+refused commit, is ingested *in place*: built, replayed and applied on the
+loop with nothing in between, as stock does. Small submissions stay on the
+loop throughout (``slimgraph.offload-min-tasks`` / ``-bytes``): a thread
+hand-off costs them more than the work, and would make a small ``submit``
+answer later than on stock.
+
+Around the steps, :class:`Pipeline` applies the process-wide policies
+(``slimgraph.gc``, the GIL switch interval), frees the big temporaries in
+steps off the loop (:mod:`slimgraph.runtime.disposal`), and fills the
+submission's :class:`~slimgraph.instrument.records.SubmissionRecord`.
+
+The pipeline needs a scheduler state, not a server: what it reads and calls
+is the :class:`~slimgraph.ingest.protocol.IngestTarget` protocol. The
+network edges (sending messages, reporting to clients, logging events) are
+methods of that target, so the same pipeline runs inside ``SlimScheduler``
+and on a bare :class:`~slimgraph.ingest.offline.OfflineScheduler`.
+"""
+from __future__ import annotations
+
+import logging
+from time import time
+from typing import Any
+
+from slimgraph import config, shim
+from slimgraph.ingest import apply as applier
+from slimgraph.ingest.build import build
+from slimgraph.ingest.index import lost_keys, prepare
+from slimgraph.ingest.protocol import IngestTarget
+from slimgraph.ingest.replay import replay
+from slimgraph.ingest.submission import Submission
+from slimgraph.instrument.records import SubmissionRecord
+from slimgraph.runtime import disposal, gcpolicy, switching
+
+logger = logging.getLogger("slimgraph.ingest")
+
+
+class Pipeline:
+    """One ``update_graph`` on ``target`` (see module docstring).
+
+    ``run`` takes update_graph's own arguments. ``record`` is filled as the
+    phases run (the caller keeps it in its history).
+    """
+
+    def __init__(self, target: IngestTarget, record: SubmissionRecord):
+        self.target = target
+        self.rec = record
+        #: how the submission was ingested: "staged", "in place" (with the
+        #: reason it was not staged), or None before ingestion
+        self.ingested: str | None = None
+
+    async def run(
+        self,
+        client: str,
+        expr_ser: Any,
+        keys: set,
+        span_metadata: Any,
+        internal_priority: dict | None,
+        submitting_task: Any,
+        user_priority: int | dict = 0,
+        actors: bool | list | None = None,
+        fifo_timeout: float = 0.0,
+        code: tuple = (),
+        annotations: dict | None = None,
+        stimulus_id: str | None = None,
+    ) -> None:
+        s = self.target
+        rec = self.rec
+        start = time()
+        stimulus_id = stimulus_id or f"update-graph-{start}"
+        rec.client = client
+        rec.stimulus_id = stimulus_id
+        shim.graph_update_started(s)
+        policy = gcpolicy.enter()
+        switching.hold(config.get("switch-interval"))
+        status, error = "OK", None
+        # whether this submission joins the latest Computation: decided on
+        # arrival (see joins_last_computation)
+        busy = not s.is_idle
+        try:
+            expr = await self._deserialize(expr_ser)
+            del expr_ser
+            with rec.phase("materialize", where="offload"):
+                dsk, annotations_by_type = await shim.offload(shim.materialize, expr, s.validate)
+            cull = shim.culls_explicitly(expr)
+            del expr
+            small = len(dsk) < config.get("offload-min-tasks")
+            if small:
+                index, priorities = prepare(dsk, keys, cull, internal_priority, rec, "event-loop")
+            else:
+                index, priorities = await shim.offload(prepare, dsk, keys, cull, internal_priority, rec)
+            del dsk
+            # ---- from here on, the graph is compared with the state ----
+            with rec.phase("lost_dependencies") as p:
+                lost = lost_keys(s, index)
+                p.tasks = len(index.outside)
+            if lost:
+                s.report(
+                    {"op": "cancelled-keys", "keys": keys, "reason": "lost dependencies"},
+                    client=client,
+                )
+                s.client_releases_keys(keys=keys, client=client, stimulus_id=stimulus_id)
+                s.log_event(
+                    ["scheduler", client],
+                    {"action": "update-graph", "stimulus_id": stimulus_id, "status": "cancelled"},
+                )
+                status = "cancelled"
+                return
+            sub = Submission(
+                client=client,
+                keys=set(keys),
+                stimulus_id=stimulus_id,
+                start=start,
+                index=index,
+                priorities=priorities,
+                annotations_by_type=annotations_by_type,
+                global_annotations=annotations,
+                user_priority=user_priority,
+                submitting_task=submitting_task,
+                actors=actors,
+                fifo_timeout=fifo_timeout,
+                code=code,
+                span_metadata=span_metadata,
+                busy=busy,
+            )
+            done = None if small else await self._staged(sub)
+            if done is None:
+                done = self._in_place(sub)
+            b, plan = done
+            rec.tasks = len(index.keys)
+            rec.new_tasks = len(b.new)
+            rec.edges = index.edges
+            metrics = {
+                "tasks": len(index.keys),
+                "new_tasks": len(b.new),
+                "key_collisions": len(b.collisions),
+                "start_timestamp_seconds": start,
+                "duration_seconds": time() - start,
+                "phases": rec.phase_seconds(),
+            }
+            s.log_event(
+                ["scheduler", client],
+                {"action": "update-graph", "stimulus_id": stimulus_id, "metrics": metrics, "status": "OK"},
+            )
+            # a million-entry index, order and build: freed in a worker
+            # thread, in steps, not in one cascade on the event loop
+            garbage = disposal.big(*index.temporaries(), priorities, *b.temporaries(), *plan.temporaries())
+            del index, priorities, sub, b, plan, done
+            if garbage:
+                await shim.offload(disposal.drain, garbage)
+        except Exception as e:
+            status, error = "error", f"{type(e).__name__}: {e}"
+            s.log_event(
+                ["scheduler", client],
+                {"action": "update-graph", "stimulus_id": stimulus_id, "status": "error"},
+            )
+            err = shim.error_message(e)
+            for key in keys:
+                s.report(
+                    {
+                        "op": "task-erred",
+                        "key": key,
+                        "exception": err["exception"],
+                        "traceback": err["traceback"],
+                    },
+                    client=client,
+                )
+        finally:
+            gcpolicy.exit(policy, rec.new_tasks)
+            switching.release()
+            shim.graph_update_ended(s)
+            rec.status, rec.error = status, error
+            s.digest_metric("update-graph-duration", time() - start)
+
+    async def _deserialize(self, expr_ser: Any) -> Any:
+        """Stock deserializes on the loop; a big graph is unpickled in a
+        thread here (``slimgraph.offload-min-bytes``)."""
+        try:
+            size = sum(memoryview(f).nbytes for f in expr_ser.frames)
+        except Exception:
+            size = None  # not a serialized graph: deserialize reports it
+        inline = size is not None and size < config.get("offload-min-bytes")
+        with self.rec.phase("deserialize", where="event-loop" if inline else "offload"):
+            try:
+                if inline:
+                    return shim.deserialize(expr_ser.header, expr_ser.frames)
+                return await shim.offload(shim.deserialize, expr_ser.header, expr_ser.frames)
+            except Exception as e:
+                raise RuntimeError(
+                    "Error during deserialization of the task graph. This "
+                    "frequently occurs if the Scheduler and Client have "
+                    "different environments."
+                ) from e
+
+    # -- the two ways in ---------------------------------------------------
+    async def _staged(self, sub: Submission) -> tuple | None:
+        """Build and replay in a thread, commit on the loop. None: not
+        stageable, or the state changed meanwhile (then: in place)."""
+        s = self.target
+        rec = self.rec
+        why = refusal(s, sub) if config.get("staging") else "slimgraph.staging is off"
+        if why is not None:
+            self.ingested = f"in place: {why}"
+            return None
+        seq_base = s.queued.reserve(len(sub.index.reached))
+        complete = any(applier.listeners(s).values())
+
+        def off_loop() -> tuple:
+            b = build(s, sub, rec, where="offload")
+            if b.existing:
+                return b, None
+            with rec.phase("transitions", where="offload") as p:
+                plan = replay(s, b, seq_base, complete)
+                p.tasks = len(b.new)
+            return b, plan
+
+        b, plan = await shim.offload(off_loop)
+        if plan is None or plan.stock or plan.live_writes:
+            self.ingested = "in place: the graph meets tasks the scheduler has"
+            return None
+        with rec.phase("commit") as p:
+            msgs = applier.commit(s, b, plan)
+            if msgs is None:
+                self.ingested = "in place: the state changed during the build"
+                return None
+            s.send_all(*msgs)
+            # (no reports: a staged graph is all new tasks, none in memory or erred)
+            p.tasks = len(b.new)
+        self.ingested = "staged"
+        return b, plan
+
+    def _in_place(self, sub: Submission) -> tuple:
+        """Build, replay and apply on the loop, with nothing in between."""
+        s = self.target
+        rec = self.rec
+        if self.ingested is None:
+            self.ingested = "in place: small"
+        b = build(s, sub, rec)
+        seq_base = s.queued.reserve(len(sub.index.reached))
+        with rec.phase("transitions") as p:
+            plan = replay(s, b, seq_base, complete_log=any(applier.listeners(s).values()))
+            p.tasks = len(b.touched)
+        client_msgs, worker_msgs = applier.apply_in_place(s, b, plan, rec)
+        with rec.phase("transitions"):
+            s.send_all(client_msgs, worker_msgs)
+            applier.report(s, b)
+        return b, plan
+
+
+def refusal(state: Any, sub: Submission) -> str | None:
+    """Why ``sub`` cannot be staged on ``state`` now (None: it can)."""
+    if state.validate:
+        return "validate=True"
+    if state.transition_counter_max:
+        return "transition counter limit"
+    if state.WORKER_SATURATION == float("inf"):
+        return "queuing disabled"
+    if sub.submitting_task:
+        return "submitted from a task"
+    if sub.actors:
+        return "actors"
+    if sub.index.outside:
+        return "dependencies outside the graph"
+    if "span" in (sub.annotations_by_type or {}) or "span" in (sub.global_annotations or {}):
+        return "span annotations"
+    if any(shim.listens_to_update_graph(p) for p in state.plugins.values()) or any(
+        applier.listeners(state).values()
+    ):
+        return "plugins listen to update_graph or to these transitions"
+    return None

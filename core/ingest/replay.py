@@ -1,0 +1,371 @@
+"""Replay: a submission's initial transitions, as deltas.
+
+Stock ends ``update_graph`` with one ``transitions()`` call: every requested
+released task is recommended ``waiting``, and distributed's generic loop
+(pop the most recent recommendation, transition, merge the new ones) runs to
+a steady state, logging and notifying plugins on every step. For a fresh
+graph nearly all of that is two transitions: released -> waiting for every
+task, and, for a ready root-ish task, waiting -> processing that ends in
+``queued`` because no worker can take it now.
+
+:func:`replay` runs the same loop, visiting tasks in exactly stock's order
+(which decides which roots reach a worker first), with those two
+transitions inlined and everything else *noted* rather than done, the way
+the worker state machine emits instructions instead of doing I/O. The
+result, a :class:`Plan`, says:
+
+- how many tasks of each group moved between states (counts to add);
+- the transition-log entries, and how many there were (the counter);
+- the queued root-ish tasks, in visit order and as a sorted run;
+- the *hand-offs*: ready tasks that are not root-ish, in visit order, with
+  their place in the log. Where they go depends on the workers at the
+  moment of applying, so the applier sends each through distributed's own
+  transition then. The queued root-ish tasks are assumed to find no idle
+  worker; while one is idle when applying, the applier sends them to it
+  instead, again through distributed's own code, in visit order;
+- the new waiters of tasks the scheduler already had (persisted inputs).
+
+The replay assumes no idle worker and never calls distributed's transition
+code, so it can run in a worker thread on a private build. A hand-off's own
+consequences concern only itself (waiting -> processing, or -> queued /
+no-worker), never another task's place in the visit order, which is why
+deferring them keeps stock's order.
+
+When the submission is not one the inlined transitions cover exactly
+(tasks with erred dependencies, lost dependencies, a run_spec-less task to
+recompute, changes to tasks the scheduler already had that the loop would
+read, ``validate=True``, a transition counter limit), the plan says
+*stock*: the applier publishes the build and runs distributed's own
+``transitions`` over the initial recommendations, as stock does.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from slimgraph import shim
+from slimgraph.ingest.build import Build
+from slimgraph.instrument.records import SubmissionRecord
+from slimgraph.model.containers import Edges, freeze
+from slimgraph.model.queue import sort_key
+from slimgraph.model.taskstate import sorted_by_priority
+
+#: Extra transition-log entries kept in a plan's tail: a root-ish task sent
+#: to a worker by the applier logs one entry where the replay assumed two.
+LOG_SLACK = 4096
+
+#: Marks tasks made waiting by the running replay until their waiters are
+#: known (an empty, falsy, distinct container: safe if anything reads it).
+_PENDING = Edges()
+
+#: The transitions the replay inlines, as plugins see them.
+INLINED = (("released", "waiting"), ("waiting", "waiting"), ("waiting", "queued"))
+
+
+@dataclass
+class Plan:
+    """A submission's initial transitions (see module docstring)."""
+
+    #: True: nothing below; the applier runs distributed's own transitions
+    stock: bool = False
+    #: why (for the record), when ``stock``
+    reason: str | None = None
+    #: counts to add: id(group) -> [group, {(old, new): n}]
+    moves: dict = field(default_factory=dict)
+    #: log entries made: ``(key, start, finish, recommendations)``; the
+    #: last ``maxlen`` of them (a deque), or all when ``complete`` (a list)
+    entries: Any = field(default_factory=deque)
+    complete: bool = False
+    #: how many entries (and transitions) the replay made
+    n_entries: int = 0
+    #: when the entries were made (stock stamps each; one stamp here)
+    now: float = 0.0
+    #: queued root-ish tasks in visit order, and the log position of each
+    queued: list = field(default_factory=list)
+    queued_at: list = field(default_factory=list)
+    #: the same, sorted for the queue; their sequence numbers start at
+    #: ``seq_base`` (reserved in the scheduler's queue before the replay)
+    queued_sorted: list = field(default_factory=list)
+    queued_members: set = field(default_factory=set)
+    seq_base: int = 0
+    seq_span: int = 0
+    #: ready tasks that are not root-ish: (log position, task), visit order
+    handoffs: list = field(default_factory=list)
+    #: existing tasks that gain waiters: task -> [new waiters]
+    outside_waiters: dict = field(default_factory=dict)
+    #: whether the replay changed tasks the scheduler already had
+    #: (resubmitted released tasks): then it must be applied at once
+    live_writes: bool = False
+    #: some queued tasks were queued before (see TaskQueue.merge_staged)
+    requeued: bool = False
+
+    def temporaries(self) -> list:
+        """Big containers only this plan holds (see slimgraph.runtime.disposal).
+        Not the sorted run or its members: the scheduler's queue adopts them."""
+        return [self.queued, self.queued_at, self.handoffs]
+
+
+def replay(state: Any, b: Build, seq_base: int, complete_log: bool = False) -> Plan:
+    """The initial transitions of build ``b`` on ``state`` (phase ``transitions``).
+
+    ``seq_base``: the first of ``len(b.sub.index.reached)`` queue sequence
+    numbers reserved for this submission (``TaskQueue.reserve``, on the
+    event loop). ``complete_log``: keep every log entry, not only the tail
+    (plugins that listen to transitions are told of each one when applying).
+    """
+    reason = stock_reason(state, b)
+    if reason is not None:
+        return Plan(stock=True, reason=reason)
+    return _Replay(state, b, seq_base, complete_log).run()
+
+
+def stock_reason(state: Any, b: Build) -> str | None:
+    """Why the inlined transitions would not reproduce stock exactly for
+    ``b`` (None: they do)."""
+    if state.validate:
+        return "validate=True"
+    if state.transition_counter_max:
+        return "transition counter limit"
+    if b.run_specs or b.priorities or any(a == "dependencies" for _, a, _ in b.edges_of_existing):
+        return "tasks the scheduler already has change"
+    new_tasks = b.tasks
+    changed = {id(ts) for ts, _, _ in b.edges_of_existing}
+    for ts in b.touched:
+        for dts in ts.dependencies:
+            x = dts._x
+            if x is not None and x.exception_blame:
+                return "dependencies that erred"
+    if len(b.new) == len(b.touched):
+        return None  # all new: released, with a run_spec and no lost deps
+    live = state.tasks
+    seen: set = set()
+    stack = [new_tasks.get(k) or live[k] for k in b.sub.keys]
+    while stack:
+        ts = stack.pop()
+        if ts._state != "released" or id(ts) in seen:
+            continue
+        seen.add(id(ts))
+        if (ts._x is not None and ts.has_lost_dependencies) or not ts.run_spec:
+            return "lost dependencies or a task without run_spec"
+        if id(ts) in changed:
+            return "tasks the scheduler already has change"
+        stack.extend(ts.dependencies)
+    return None
+
+
+def initial_recommendations(task_of: Any, keys: Any) -> dict:
+    """Stock's: every requested released task -> waiting, most important
+    last (the loop pops the most recent recommendation first)."""
+    released = [ts for ts in map(task_of, keys) if ts._state == "released"]
+    ordered = sorted_by_priority(released) if len(released) > 1000 else None
+    if ordered is None:
+        released.sort(key=operator.attrgetter("priority"), reverse=True)
+    else:  # see sorted_by_priority: no long C-level sort in a thread
+        released = ordered[::-1]
+    return {ts.key: "waiting" for ts in released}
+
+
+def blame(touched: list, recs: dict) -> None:
+    """Stock's: a task with an erred dependency errs too."""
+    for ts in touched:
+        for dts in ts.dependencies:
+            if dts.exception_blame:
+                ts.exception_blame = dts.exception_blame
+                recs[ts.key] = "erred"
+                break
+
+
+class _Replay:
+    def __init__(self, state: Any, b: Build, seq_base: int, complete_log: bool):
+        self.state = state
+        self.b = b
+        self.plan = Plan(seq_base=seq_base, seq_span=len(b.sub.index.reached), complete=complete_log)
+
+    def run(self) -> Plan:
+        st = self.state
+        b = self.b
+        plan = self.plan
+        lazy = st.slim_lazy
+        sid = b.sub.stimulus_id
+        new_tasks = b.tasks
+        new_get = new_tasks.get
+        live_get = st.tasks.get
+        recs = initial_recommendations(lambda k: new_get(k) or st.tasks[k], b.sub.keys)
+        plan.now = time.time()
+        maxlen = st.transition_log.maxlen
+        if plan.complete:
+            maxlen = None
+        elif maxlen is not None:
+            maxlen += LOG_SLACK
+        entries: Any = [] if plan.complete else deque(maxlen=maxlen)
+        append = entries.append
+        to_waiting: list = []
+        outside_waiters = plan.outside_waiters
+        to_wait: dict = {}  # group -> tasks moved released -> waiting
+        to_queue: dict = {}  # group -> tasks moved waiting -> queued
+        queuing = not math.isinf(st.WORKER_SATURATION)
+        queued = plan.queued
+        queued_at = plan.queued_at
+        handoffs = plan.handoffs
+        n = 0
+        popitem = recs.popitem
+        update = recs.update
+        rootish_by_group: dict = {}
+        is_rootish = self.projected_rootish
+
+        while recs:
+            key, finish = popitem()
+            ts = new_get(key) or live_get(key)
+            if ts is None:
+                continue
+            start = ts._state
+            if start == finish:
+                continue  # distributed's transition does nothing (no entry)
+            if finish == "waiting" and start == "released":
+                # -- released -> waiting, inlined --
+                if new_get(key) is not ts:
+                    plan.live_writes = True
+                ts._state = "waiting"
+                tg = ts.group
+                to_wait[tg] = to_wait.get(tg, 0) + 1
+                new_recs = {}
+                n_on = 0
+                deps = ts.dependencies
+                for dts in deps:
+                    x = dts._x
+                    if x is None or not x.who_has:
+                        n_on += 1
+                    ds = dts._state
+                    if ds == "released":
+                        new_recs[dts.key] = "waiting"
+                    elif dts.waiters is not _PENDING:
+                        # known before this submission: it learns its new waiter
+                        lst = outside_waiters.get(dts)
+                        if lst is None:
+                            outside_waiters[dts] = [ts]
+                        else:
+                            lst.append(ts)
+                if n_on == len(deps):
+                    if deps:
+                        ts.waiting_on = deps if lazy else set(deps)
+                    else:
+                        ts.waiting_on = None if lazy else set()
+                        new_recs[key] = "processing"
+                else:
+                    on = [d for d in deps if not d.who_has]
+                    ts.waiting_on = (freeze(on) if on else None) if lazy else set(on)
+                    if not on:
+                        new_recs[key] = "processing"
+                ts.waiters = _PENDING  # final value once every dependent is waiting
+                to_waiting.append(ts)
+                append((key, "released", "waiting", new_recs))
+                n += 1
+                if new_recs:
+                    update(new_recs)
+                continue
+            if finish == "processing" and start == "waiting":
+                if queuing:
+                    # is_rootish depends on the task only through restrictions
+                    # and run_spec.data_producer, otherwise on its group, which
+                    # does not change during an ingestion.
+                    x = ts._x
+                    if x is None and not getattr(ts.run_spec, "data_producer", False):
+                        tg = ts.group
+                        r = rootish_by_group.get(tg)
+                        if r is None:
+                            r = rootish_by_group[tg] = is_rootish(ts)
+                    else:
+                        r = (x is None or x._queueable) and is_rootish(ts)
+                    if r:
+                        # -- waiting -> processing -> queued, inlined --
+                        ts._state = "queued"
+                        tg = ts.group
+                        to_queue[tg] = to_queue.get(tg, 0) + 1
+                        queued_at.append(n)
+                        queued.append(ts)
+                        append((key, "waiting", "waiting", {key: "queued"}))
+                        append((key, "waiting", "queued", {}))
+                        n += 2
+                        continue
+                # decided when applying, where the workers are known
+                handoffs.append((n, ts))
+                continue
+            raise AssertionError(f"replay met {start} -> {finish} for {key!r}")  # pragma: no cover
+
+        # waiters: every dependent that is waiting on the task by now (stock
+        # builds this set from the dependents already waiting, and each
+        # later dependent adds itself when it becomes waiting).
+        for ts in to_waiting:
+            dependents = ts.dependents
+            if not dependents:
+                ts.waiters = None if lazy else set()
+                continue
+            w = [d for d in dependents if d._state == "waiting"]
+            if len(w) == len(dependents):
+                ts.waiters = dependents if lazy else set(dependents)
+            else:
+                ts.waiters = (freeze(w) if w else None) if lazy else set(w)
+        moves = plan.moves
+        for moved, old, new in ((to_wait, "released", "waiting"), (to_queue, "waiting", "queued")):
+            for tg, k in moved.items():
+                m = moves.get(id(tg))
+                if m is None:
+                    moves[id(tg)] = m = [tg, {}]
+                m[1][(old, new)] = m[1].get((old, new), 0) + k
+        plan.entries = entries
+        plan.n_entries = n
+        self._order_queue_run()
+        b.scratch += (to_waiting, rootish_by_group)
+        return plan
+
+    def projected_rootish(self, ts: Any) -> bool:
+        """``SchedulerState.is_rootish`` as it will be once the scheduler's
+        own groups have counted this submission's tasks and edges."""
+        if ts.resource_restrictions or ts.worker_restrictions or ts.host_restrictions:
+            return False
+        if ts.run_spec and ts.run_spec.data_producer:
+            return True
+        st = self.state
+        b = self.b
+
+        def size(g: Any) -> int:
+            d = b.group_delta(g)
+            return shim.group_size(g) + (d.added if d is not None else 0)
+
+        tg = ts.group
+        d = b.group_delta(tg)
+        deps = tg.dependencies if d is None else (tg.dependencies | d.dependencies)
+        return (
+            size(tg) > st.total_nthreads * 2
+            and len(deps) < st.rootish_tg_threshold
+            and sum(map(size, deps)) < st.rootish_tg_dependencies_threshold
+        )
+
+    def _order_queue_run(self) -> None:
+        """Number the queued tasks and sort them.
+
+        Sequence numbers only break ties between equal priorities. Within
+        one submission priorities are normally distinct, so all its queued
+        tasks share one number (one int object instead of one per task);
+        if some tie, each gets its own, in visit order, from the reserved
+        range.
+        """
+        plan = self.plan
+        run = plan.queued
+        base = plan.seq_base
+        # a resubmitted task may have been queued before (a stale entry of
+        # it may sit in the queue's heap)
+        plan.requeued = plan.live_writes and any(ts._qseq is not None for ts in run)
+        for ts in run:
+            ts._qseq = base
+        ordered = sorted_by_priority(run)
+        if ordered is None:
+            for i, ts in enumerate(run):
+                ts._qseq = base + i
+            ordered = sorted(run, key=sort_key)
+        plan.queued_members = set(run)
+        plan.queued_sorted = ordered

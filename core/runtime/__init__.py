@@ -1,0 +1,11 @@
+"""What an ingestion does to the process around it, and undoes after.
+
+- :mod:`~slimgraph.runtime.gcpause`: one counted pause (and freeze) of the
+  cyclic garbage collector, shared by ingestions and measurements;
+- :mod:`~slimgraph.runtime.gcpolicy`: the ``slimgraph.gc`` setting applied
+  around an ingestion;
+- :mod:`~slimgraph.runtime.switching`: a shorter GIL switch interval while
+  an ingestion works in a thread;
+- :mod:`~slimgraph.runtime.disposal`: an ingestion's big temporaries freed
+  in steps, off the event loop.
+"""
