@@ -204,6 +204,15 @@ def set_generation_clock(state: SchedulerState, generation: Any, last_time: floa
     state._last_time = last_time
 
 
+def init_server_state(state: Any) -> None:
+    """What distributed's Scheduler server adds to a SchedulerState and the
+    ingestion reads: the generation clock and the count of graph updates
+    in flight (for a server-less state)."""
+    state.generation = 0
+    state._last_time = 0.0
+    state._active_graph_updates = 0
+
+
 def graph_update_started(state: Any) -> None:
     """The count of update_graph calls in flight (``Scheduler.is_idle``
     reads it)."""

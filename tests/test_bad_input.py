@@ -174,3 +174,75 @@ def test_graph_that_fails_to_materialize():
 
     asyncio.run(body())
 
+
+
+# ---------------------------------------------------------------------------
+# What the client sees: the exception a stock client sees, or a subclass.
+# ---------------------------------------------------------------------------
+async def _client_exception(s, c, payload: dict) -> BaseException:
+    """Ingest ``payload`` as ``c``'s submission and return what awaiting the
+    requested key raises on the client."""
+    from distributed import Future
+
+    futures = [Future(k, c) for k in payload["keys"]]
+    await s.update_graph(client=c.id, **payload)
+    try:
+        await asyncio.wait_for(futures[0], 10)
+    except Exception as e:  # noqa: BLE001 - what the user would catch
+        return e
+    raise AssertionError("no exception reached the client")
+
+
+async def _same_exception_type(p: Pair, payload: dict) -> tuple:
+    stock = await _client_exception(p.stock, p.c_stock, payload)
+    slim = await _client_exception(p.slim, p.c_slim, payload)
+    assert isinstance(slim, type(stock)), (type(stock), type(slim))
+    return stock, slim
+
+
+def test_client_sees_stock_exception_types():
+    """Cycle, undeserializable graph, a graph that fails to materialize, a
+    missing dependency: code written against stock (``except RuntimeError``,
+    ``except CancelledError``) catches what the slim scheduler sends."""
+    cycle = {"a": (inc, "b"), "b": (inc, "c"), "c": (inc, "a"), "d": (inc, "a")}
+
+    async def body():
+        async with Pair() as p:
+            msgs, _ = p.capture(lambda c: c.get(cycle, ["d"], sync=False))
+            stock, slim = await _same_exception_type(p, p.payload(msgs[0]))
+            assert type(stock) is RuntimeError and "Cycle" in str(slim)
+
+            msgs, _ = p.capture(lambda c: c.get({"z": (inc, 1)}, ["z"], sync=False))
+            payload = p.payload(msgs[0])
+            payload["expr_ser"] = Serialized({"serializer": "pickle"}, [b"not a pickle"])
+            stock, slim = await _same_exception_type(p, payload)
+            assert type(stock) is RuntimeError
+
+            Exploding.armed = False
+            try:
+                msgs, _ = p.capture(lambda c: c.get(Exploding({"q": (inc, 1)}), ["q"], sync=False))
+                Exploding.armed = True
+                stock, slim = await _same_exception_type(p, p.payload(msgs[0]))
+            finally:
+                Exploding.armed = False
+            assert "boom" in str(slim) or "Exploding" in str(slim)
+
+            msgs, _ = p.capture(lambda c: c.get({"m": Task("m", inc, TaskRef("gone"))}, ["m"], sync=False))
+            stock, slim = await _same_exception_type(p, p.payload(msgs[0]))
+            assert "CancelledError" in type(stock).__name__
+
+    asyncio.run(body())
+
+
+def test_client_sees_a_type_error_for_an_invalid_key():
+    """Stock accepts a key of a type dask does not accept and never runs
+    it; slimgraph refuses it, with the TypeError dask's own key check raises."""
+
+    async def body():
+        async with Pair() as p:
+            dsk = {Weird(): Task(Weird(), inc, 1), "ok": Task("ok", inc, TaskRef(Weird()))}
+            msgs, _ = p.capture(lambda c: c.get(dsk, ["ok"], sync=False))
+            exc = await _client_exception(p.slim, p.c_slim, p.payload(msgs[0]))
+            assert isinstance(exc, TypeError) and "Invalid key Weird()" in str(exc)
+
+    asyncio.run(body())

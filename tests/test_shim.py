@@ -1,0 +1,268 @@
+"""slimgraph.shim: one test per use of distributed's and dask's internals.
+
+Each shim function is checked against what distributed itself does, on
+real objects, so that a release that changes one of these internals fails
+here, by name, rather than somewhere in the differential suites.
+"""
+from __future__ import annotations
+
+import asyncio
+import warnings
+
+import dask
+import dask.array as da
+import pytest
+from dask._task_spec import Task, TaskRef, convert_legacy_graph
+from distributed import Scheduler
+from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.scheduler import TaskGroup, TaskPrefix, TaskState
+
+from slimgraph import shim
+
+
+def inc(x):
+    return x + 1
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# -- versions ------------------------------------------------------------------
+def test_supported_range_is_accepted_and_others_refused():
+    lo, hi = shim.SUPPORTED
+    shim.check_versions(lo, hi)
+    shim.check_versions(hi, lo)
+    shim.check_versions(hi + "+3.gabcdef", hi)  # a local build of a supported release
+    for bad in ("2026.1.3", "2026.8.1", "2027.1.0"):
+        with pytest.raises(shim.UnsupportedVersion) as info:
+            shim.check_versions(bad, hi)
+        assert lo in str(info.value) and hi in str(info.value) and bad in str(info.value)
+        assert isinstance(info.value, ImportError)
+
+
+def test_unsupported_release_only_warns_when_asked():
+    with dask.config.set({"slimgraph.versions": "warn"}):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            shim.check_versions("2027.1.0", "2027.1.0")
+    assert any("supports dask and distributed" in str(x.message) for x in w)
+    with dask.config.set({"slimgraph.versions": "ignore-me"}):
+        with pytest.raises(ValueError):
+            shim.check_versions("2027.1.0", "2027.1.0")
+
+
+# -- materializing --------------------------------------------------------------
+def test_materialize_and_cull_are_stocks():
+    from dask._expr import LLGExpr
+    from distributed.scheduler import _cull, _materialize_graph
+
+    from distributed.protocol import deserialize
+
+    from slimgraph.bench.payload import capture
+
+    ser = capture((da.ones((20, 20), chunks=5) + 1).sum())["expr_ser"]
+    expr = deserialize(ser["header"], ser["frames"])  # what update_graph gets
+    dsk, ann = shim.materialize(expr, validate=False)
+    dsk2, ann2 = _materialize_graph(expr=expr, validate=False)
+    assert list(dsk) == list(dsk2) and ann == ann2
+    assert shim.culls_explicitly(expr) == isinstance(expr, LLGExpr)
+    keys = {next(iter(dsk))}
+    assert list(shim.cull(dict(dsk), keys)) == list(_cull(dict(dsk), keys))
+
+
+def test_uncached_key_split():
+    from dask.utils import key_split
+
+    name = "shim-test-key-abcdef0123456789abcdef0123456789"
+    assert shim.key_split((name, 3)) == key_split((name, 3)) == "shim-test-key"
+    before = key_split.cache_info().currsize
+    for i in range(50):
+        assert shim.key_split((name, i)) == "shim-test-key"
+    # dask's own function looks the tuple's name up in its cache (once per
+    # name, not per key): no new entry per key
+    assert key_split.cache_info().currsize == before
+
+
+# -- group and prefix arithmetic ---------------------------------------------------
+def _pair():
+    """A stock-maintained group and one maintained by the shim."""
+    return TaskGroup("g", TaskPrefix("g")), TaskGroup("g", TaskPrefix("g"))
+
+
+def _stock_task(key, group):
+    import inspect
+
+    if "validate" in inspect.signature(TaskState.__init__).parameters:
+        return TaskState(key, None, "released", group, False)
+    return TaskState(key, None, "released", group)  # pragma: no cover - older releases
+
+
+def _counts(tg):
+    tp = tg.prefix
+    return (dict(tg.states), len(tg), dict(tp.states), len(tp), {k: v for k, v in tp.state_counts.items() if v})
+
+
+def test_count_added_is_task_group_add():
+    stock, shimmed = _pair()
+    for i in range(5):
+        _stock_task(("g", i), stock)  # TaskState.__init__ calls TaskGroup.add
+    shim.count_added(shimmed, 5)
+    assert _counts(stock) == _counts(shimmed)
+    assert shim.group_size(stock) == len(stock) == 5
+
+
+def test_count_moved_is_the_state_setter_and_count_unmoved_undoes_it():
+    stock, shimmed = _pair()
+    tss = [_stock_task(("g", i), stock) for i in range(4)]
+    shim.count_added(shimmed, 4)
+    for ts in tss:
+        ts.state = "waiting"
+    for ts in tss[:3]:
+        ts.state = "queued"
+    shim.count_moved(shimmed, "released", "waiting", 4)
+    shim.count_moved(shimmed, "waiting", "queued", 3)
+    assert _counts(stock) == _counts(shimmed)
+    before = _counts(shimmed)
+    shim.count_moved(shimmed, "waiting", "queued", 1)
+    shim.count_unmoved(shimmed, "waiting", "queued", 1)
+    assert _counts(shimmed) == before
+
+
+def test_adopt_prefix_folds_a_private_prefix_in():
+    real = TaskPrefix("p")
+    direct = TaskGroup("p-1", real)
+    _stock_task(("p-1", 0), direct)
+    private = TaskPrefix("p")
+    g2 = TaskGroup("p-2", private)
+    shim.count_added(g2, 3)
+    shim.adopt_prefix(real, private)
+    assert g2.prefix is real and list(real.groups) == [direct, g2]
+    assert len(real) == 4 and real.states["released"] == 4
+
+
+# -- scheduler state ---------------------------------------------------------------
+def test_generation_clock_and_graph_update_count():
+    async def body():
+        async with Scheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            assert shim.generation_clock(s) == (s.generation, s._last_time)
+            shim.set_generation_clock(s, 7, 12.5)
+            assert (s.generation, s._last_time) == (7, 12.5)
+            shim.graph_update_started(s)
+            assert s._active_graph_updates == 1
+            shim.graph_update_ended(s)
+            assert s._active_graph_updates == 0
+            with pytest.raises(AssertionError):
+                shim.graph_update_ended(s)
+
+    run(body())
+
+
+def test_init_server_state_gives_what_the_server_would():
+    from slimgraph.ingest.offline import OfflineScheduler
+
+    s = OfflineScheduler()
+    assert shim.generation_clock(s) == (0, 0.0) and s._active_graph_updates == 0
+
+
+def test_transitions_and_the_transition_hook():
+    from slimgraph.distributed import SlimScheduler
+
+    seen = []
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            orig = s.on_transition
+
+            def spy(key, finish, sid, kwargs):
+                seen.append((key, finish))
+                return orig(key, finish, sid, kwargs)
+
+            s.on_transition = spy
+            ts = s.new_task("x", Task("x", inc, 1), "released")
+            ts.priority = (0, 0, 0)
+            cmsgs, wmsgs = {}, {}
+            shim.transitions(s, {"x": "waiting"}, cmsgs, wmsgs, "test")
+            assert s.tasks["x"].state in ("queued", "no-worker")
+            recs, _, _ = shim.transition(s, "x", "released", "test")
+            assert s.tasks["x"].state == "released"
+            assert ("x", "waiting") in seen and ("x", "released") in seen
+
+    run(body())
+
+
+def test_apply_annotations_is_stocks():
+    async def body():
+        async with Scheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            a = s.new_task("a", Task("a", inc, 1), "released")
+            b = s.new_task("b", Task("b", inc, 1), "released")
+            keys = shim.apply_annotations(
+                s, [a, b], {"retries": {"a": 2}, "resources": {"b": {"GPU": 1}}}, {"priority": 3}
+            )
+            assert keys == {"a", "b"}
+            assert a.retries == 2 and b.resource_restrictions == {"GPU": 1}
+            assert a.annotations == {"priority": 3, "retries": 2}
+
+    run(body())
+
+
+def test_spans():
+    async def body():
+        async with Scheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            ext = s.extensions["spans"]
+            span = shim.ensure_span(ext, ("outer", "inner"), ("id-1", "id-2"))
+            assert span.name == ("outer", "inner") and ext.spans["id-2"] is span
+            assert shim.ensure_span(ext, ("outer", "inner"), ("id-1", "id-2")) is span
+            default = shim.default_span(ext)
+            assert default.name == ("default",)
+            # a default span whose tasks are all done is not reused (stock)
+            assert shim.default_span(ext) is not default
+            default = shim.default_span(ext)
+            busy = TaskGroup("busy", TaskPrefix("busy"))
+            shim.count_added(busy, 1, "processing")
+            default.groups.add(busy)
+            assert shim.default_span(ext) is default
+            shim.add_span_code(span, ("code",))
+            assert ("code",) in span._code
+
+    run(body())
+
+
+# -- plugins -------------------------------------------------------------------
+class _Quiet(SchedulerPlugin):
+    pass
+
+
+class _Loud(SchedulerPlugin):
+    def update_graph(self, *args, **kwargs):
+        pass
+
+    def transition(self, *args, **kwargs):
+        pass
+
+
+def test_which_plugins_listen():
+    from distributed.stealing import WorkStealing
+
+    assert not shim.listens_to_update_graph(_Quiet())
+    assert shim.listens_to_update_graph(_Loud())
+    assert not shim.listens_to_transition(_Quiet(), "released", "waiting")
+    assert shim.listens_to_transition(_Loud(), "released", "waiting")
+
+    async def body():
+        async with Scheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            stealing = next(p for p in s.plugins.values() if type(p) is WorkStealing)
+            assert not shim.listens_to_transition(stealing, "released", "waiting")
+            assert shim.listens_to_transition(stealing, "waiting", "processing")
+            shuffle = s.plugins.get("shuffle")
+            if shuffle is not None:
+                assert not shim.listens_to_transition(shuffle, "released", "waiting")
+                assert shim.listens_to_transition(shuffle, "waiting", "released")
+
+    run(body())
+
+
+def test_node_classes_are_dasks():
+    dsk = convert_legacy_graph({"a": 1, "b": (inc, "a")})
+    assert isinstance(dsk["b"], shim.Task) and isinstance(dsk["b"], shim.GraphNode)
+    assert shim.TaskRef is TaskRef
