@@ -279,7 +279,9 @@ class Counter:
 
 def test_actors_and_restrictions_with_workers():
     """One worker: placement among several equally idle workers follows the
-    hash order of their addresses, in stock as in slim."""
+    hash order of their addresses, in stock as in slim. (fifo_timeout 0:
+    every submission starts a new generation, whatever the wall time
+    between the two schedulers' submissions on a loaded machine.)"""
 
     async def body():
         async with Pair(n_workers=1, resources={"GPU": 1}) as p:
@@ -287,17 +289,20 @@ def test_actors_and_restrictions_with_workers():
                 await wait_idle(p.stock, states=("processing",))
                 await wait_idle(p.slim, states=("processing",))
 
-            await check(p, lambda c: c.submit(inc, 1, resources={"GPU": 1}, key="r1"))
+            await check(p, lambda c: c.submit(inc, 1, resources={"GPU": 1}, key="r1", fifo_timeout="0ms"))
             await settle()
-            await check(p, lambda c: c.submit(inc, 2, resources={"TPU": 1}, key="no-tpu"))
+            await check(p, lambda c: c.submit(inc, 2, resources={"TPU": 1}, key="no-tpu", fifo_timeout="0ms"))
             await settle()
             a, _ = await check(
                 p,
-                lambda c: c.map(inc, range(6), workers=["tcp://10.0.0.1:1"], allow_other_workers=True, key=[f"m{i}" for i in range(6)]),
+                lambda c: c.map(
+                    inc, range(6), workers=["tcp://10.0.0.1:1"], allow_other_workers=True,
+                    key=[f"m{i}" for i in range(6)], fifo_timeout="0ms",
+                ),
             )
             assert a["tasks"]["no-tpu"]["state"] == "no-worker"
             await settle()
-            a, _ = await check(p, lambda c: c.submit(Counter, actor=True, key="actor-1"))
+            a, _ = await check(p, lambda c: c.submit(Counter, actor=True, key="actor-1", fifo_timeout="0ms"))
             assert a["tasks"]["actor-1"]["actor"]
 
     run(body())
