@@ -105,12 +105,21 @@ from distributed.scheduler import (  # noqa: E402,F401
 )
 from distributed.scheduler import TaskState as StockTaskState  # noqa: E402,F401
 from distributed.stealing import WorkStealing  # noqa: E402
-from distributed.utils import key_split_group, offload  # noqa: E402,F401
+from distributed.utils import TupleComparable, key_split_group, offload  # noqa: E402,F401
 
 try:  # a private module: present in every supported release
     from distributed.shuffle._scheduler_plugin import ShuffleSchedulerPlugin  # noqa: E402
 except ImportError:  # pragma: no cover - shuffle not importable (no pandas)
     ShuffleSchedulerPlugin = None  # type: ignore[assignment,misc]
+from distributed.diagnostics.eventstream import EventStream  # noqa: E402
+from distributed.diagnostics.graph_layout import GraphLayout  # noqa: E402,F401
+from distributed.diagnostics.progress import GroupTiming, MultiProgress, Progress  # noqa: E402
+from distributed.diagnostics.task_stream import TaskStreamPlugin  # noqa: E402
+
+#: distributed's own plugins whose ``transition`` returns at once unless
+#: the task leaves ``processing`` (the dashboard's task stream and group
+#: timing, ``client.progress``, the event stream)
+_ACT_ONLY_FROM_PROCESSING = (TaskStreamPlugin, Progress, MultiProgress, GroupTiming, EventStream)
 
 #: dask's ``key_split`` without its process-wide ``lru_cache`` (resolving a
 #: submission's names through the cached one fills that cache with up to
@@ -267,12 +276,15 @@ def listens_to_update_graph(plugin: Any) -> bool:
 def listens_to_transition(plugin: Any, start: str, finish: str) -> bool:
     """Whether ``plugin.transition`` may act on a ``start -> finish``
     transition. SchedulerPlugin's no-op is skipped, and so are distributed's
-    own work-stealing and P2P-shuffle plugins for the transitions their
-    ``transition`` methods return from without acting (stealing acts on
-    transitions into or out of ``processing``; shuffle on ``released``,
-    ``erred`` and ``forgotten``)."""
+    own plugins for the transitions their ``transition`` methods return from
+    without acting: work stealing acts on transitions into or out of
+    ``processing``; the P2P shuffle on ``released``, ``erred`` and
+    ``forgotten``; the task stream, group timing, progress and event-stream
+    plugins only on transitions out of ``processing``."""
     fn = getattr(type(plugin), "transition", None)
     if fn is SchedulerPlugin.transition:
+        return False
+    if type(plugin) in _ACT_ONLY_FROM_PROCESSING and start != "processing":
         return False
     if type(plugin) is WorkStealing and "processing" not in (start, finish):
         return False

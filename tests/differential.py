@@ -34,19 +34,50 @@ class Recorder(SchedulerPlugin):
     def __init__(self) -> None:
         self.update_graphs: list = []
         self.transitions: defaultdict = defaultdict(list)
+        #: every call, in order: ("update_graph", n) / ("transition", key, start, finish)
+        self.calls: list = []
 
     def update_graph(self, scheduler, *, client, keys, tasks, annotations, priority, stimulus_id, **kw):
         self.update_graphs.append(
             {
                 "keys": set(keys),
-                "tasks": sorted(map(repr, tasks)),
-                "annotations": {k: {repr(kk): vv for kk, vv in v.items()} for k, v in annotations.items() if k != "span"},
+                "tasks": list(map(repr, tasks)),
+                "annotations": {
+                    k: {repr(kk): vv for kk, vv in v.items()} for k, v in annotations.items() if k != "span"
+                },
+                "span_annotations": {repr(kk): vv["name"] for kk, vv in annotations.get("span", {}).items()},
                 "priority": {repr(k): v for k, v in priority.items()},
             }
         )
+        self.calls.append(("update_graph", len(self.update_graphs)))
 
     def transition(self, key, start, finish, *args, **kwargs):
         self.transitions[key].append((start, finish))
+        self.calls.append(("transition", key, start, finish))
+
+
+def dashboard_plugins(s: Scheduler) -> list:
+    """The plugins dask's own dashboard registers on a scheduler when its
+    Status and Graph pages are opened."""
+    from distributed.diagnostics.graph_layout import GraphLayout
+    from distributed.diagnostics.task_stream import TaskStreamPlugin
+
+    out = [TaskStreamPlugin(s), GraphLayout(s)]
+    for p in out:
+        s.add_plugin(p)
+    return out
+
+
+def layout(plugin) -> dict:
+    """What a GraphLayout plugin has laid out (comparable across schedulers;
+    its state updates grow as workers compute, so they are left out)."""
+    return {
+        "x": dict(plugin.x),
+        "y": dict(plugin.y),
+        "index": dict(plugin.index),
+        "new": list(plugin.new),
+        "new_edges": list(plugin.new_edges),
+    }
 
 
 def _keys(container: Any) -> frozenset:
@@ -63,6 +94,9 @@ def snapshot(s: Scheduler, client_names: dict) -> dict:
     too. Which tasks are processing, queued or unrunnable is compared
     exactly.
     """
+    owed = getattr(s, "slim_deliveries", None)
+    if owed:  # plugin calls a staged commit still owes: delivered by now
+        owed.flush()
     tasks = {}
     for k, ts in s.tasks.items():
         spec = ts.run_spec
@@ -185,10 +219,14 @@ class Pair:
         self.c_slim = await st.enter_async_context(Client(self.slim.address, asynchronous=True))
         self.client_names = {self.c_stock.id: "client", self.c_slim.id: "client"}
         self.rec_stock = self.rec_slim = None
+        self.dash_stock = self.dash_slim = None
+        self.calls_at: dict = {}
         if self.listen:
             self.rec_stock, self.rec_slim = Recorder(), Recorder()
             self.stock.add_plugin(self.rec_stock)
             self.slim.add_plugin(self.rec_slim)
+            self.dash_stock = dashboard_plugins(self.stock)
+            self.dash_slim = dashboard_plugins(self.slim)
         self.reports = {"stock": [], "slim": []}
         for s, tag in ((self.stock, "stock"), (self.slim, "slim")):
             self._watch_reports(s, tag)
@@ -233,6 +271,9 @@ class Pair:
                 else:
                     self.futures.extend(Future(k, self.c_slim) for k in p["keys"])
             snaps[tag] = snapshot(s, self.client_names)
+            rec = self.rec_stock if tag == "stock" else self.rec_slim
+            if rec is not None:  # calls plugins had heard of by the end of ingestion
+                self.calls_at[tag] = len(rec.calls)
         return snaps["stock"], snaps["slim"]
 
     def futures_of(self, tag: str) -> list:

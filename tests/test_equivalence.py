@@ -23,24 +23,25 @@ import pytest
 from dask import delayed
 from dask._task_spec import Alias, DataNode, Task, TaskRef
 
-from differential import Pair, assert_same, wait_idle
+from differential import Pair, assert_same, layout, wait_idle
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(autouse=True, params=["listening", "quiet"])
+@pytest.fixture(autouse=True, params=["listening", "listening-staged", "quiet"])
 def listening(request, monkeypatch):
-    """Every case twice: with a Recorder plugin on both sides (the slim
-    scheduler then ingests synchronously, and what plugins are told is
-    compared), and without (new graphs are staged: built off the event
-    loop and published at once, see slimgraph.ingest.pipeline)."""
-    monkeypatch.setattr(Pair, "listen_default", request.param == "listening")
+    """Every case three times: with plugins listening on both sides (a
+    Recorder of every call, and the plugins dask's own dashboard registers
+    for its Status and Graph pages), once at the default thresholds (these
+    small graphs are then ingested on the event loop, deserialized and
+    ordered there too) and once staged (built off the event loop, published
+    at once, the plugin calls delivered afterwards: see
+    slimgraph.ingest.pipeline); and without plugins, staged. What plugins
+    are told is compared call by call, in order."""
+    monkeypatch.setattr(Pair, "listen_default", request.param != "quiet")
     if request.param == "listening":
-        # the defaults: these small graphs are ingested on the event loop
-        # (slimgraph.offload-min-tasks), deserialized and ordered there too
         yield request.param
         return
-    # small graphs, staged all the same
     with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
         yield request.param
 
@@ -68,6 +69,14 @@ async def check(pair: Pair, make, ignore=()) -> tuple:
         assert "run_spec" not in dumped
     if pair.listen:
         assert pair.rec_stock.update_graphs == pair.rec_slim.update_graphs
+        # every call plugins heard of by the end of ingestion, in order (with
+        # workers, later calls depend on how fast each side's workers ran)
+        n = pair.calls_at["stock"]
+        assert pair.calls_at["slim"] >= n
+        assert pair.rec_stock.calls[:n] == pair.rec_slim.calls[:n]
+        for a_plugin, b_plugin in zip(pair.dash_stock, pair.dash_slim):
+            if hasattr(a_plugin, "x"):  # GraphLayout
+                assert layout(a_plugin) == layout(b_plugin)
     assert pair.reports["stock"] == pair.reports["slim"]
     return a, b
 
@@ -206,7 +215,7 @@ def test_alias_and_datanode():
     run(body())
 
 
-def test_futures_in_graph():
+def test_futures_in_graph(listening):
     async def body():
         async with Pair(n_workers=1) as p:
             await check(p, lambda c: c.submit(inc, 1, key="f1"))
@@ -222,6 +231,10 @@ def test_futures_in_graph():
                 return c.submit(add, f, 2, key="g1", fifo_timeout="1h")
 
             await check(p, make)
+            if listening != "listening":  # small graphs forced through staging
+                from slimgraph.instrument.recorder import get_history
+
+                assert get_history(p.slim).latest().ingestion == "staged"
 
     run(body())
 

@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from dask import delayed
+from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import offload
 
-from differential import Pair, assert_same, snapshot, wait_idle
+from differential import Pair, assert_same, layout, snapshot, wait_idle
 from slimgraph.ingest.apply import commit, still_valid
 from slimgraph.ingest.build import build
 from slimgraph.ingest.index import compute_order, index_graph
@@ -78,6 +79,9 @@ async def staged_check(p: Pair, make, expect_staged: bool = True) -> tuple:
         # fast each side's workers ran)
         made = s.transition_counter - counter
         views[tag] = (snapshot(s, p.client_names), _log(s)[-made:] if made else [], _queue(s))
+        rec = p.rec_stock if tag == "stock" else p.rec_slim
+        if rec is not None:  # calls plugins had heard of by the end of ingestion
+            p.calls_at[tag] = len(rec.calls)
     rec = get_history(p.slim).latest()
     phases = {ph.name: ph.where for ph in rec.phases}
     assert ("commit" in phases) is expect_staged, (phases, rec.status, rec.error)
@@ -164,10 +168,142 @@ def test_second_staged_submission_ties_in_the_queue():
     run(body())
 
 
-def test_listening_plugin_takes_the_synchronous_path():
+@pytest.mark.parametrize("n_workers", [0, 2])
+@pytest.mark.parametrize("workload", ["array-reduction", "delayed-tree", "mixed-roots"])
+def test_listening_plugins_are_staged_and_told_everything_in_order(workload, n_workers):
+    """A Recorder of every call and the plugins dask's dashboard registers
+    (task stream, graph layout) listen: the graph is staged all the same,
+    and they hear stock's calls, in stock's order, with stock's arguments."""
+
     async def body():
-        async with Pair(n_workers=0) as p:  # Pair's Recorder listens
-            await staged_check(p, WORKLOADS["array-reduction"], expect_staged=False)
+        async with Pair(n_workers=n_workers) as p:  # Recorder + dashboard plugins
+            await staged_check(p, WORKLOADS[workload])
+            n = p.calls_at["stock"]
+            assert p.rec_stock.calls[:n] == p.rec_slim.calls[:n]
+            assert p.rec_stock.update_graphs == p.rec_slim.update_graphs
+            assert layout(p.dash_stock[1]) == layout(p.dash_slim[1])
+
+    run(body())
+
+
+class Calls(SchedulerPlugin):
+    """A plugin that does little per call: it notes each one."""
+
+    def __init__(self):
+        self.calls = []
+
+    def update_graph(self, scheduler, *, tasks, **kwargs):
+        self.calls.append(("update_graph", len(tasks)))
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        self.calls.append(("transition", key, start, finish))
+
+
+def test_owed_plugin_calls_are_delivered_in_slices_while_the_loop_runs():
+    """After a staged commit the plugin calls are owed, and delivered in
+    short slices: the event loop runs in between, every call arrives, in
+    stock's order, and a later transition is heard only after them."""
+    from differential import dashboard_plugins
+
+    from slimgraph.ingest import deliveries
+
+    async def body():
+        # (gc: freeze keeps a collection of the new objects out of the gaps)
+        with dask.config.set({"slimgraph.gc": "freeze"}):
+            await inner()
+
+    async def inner():
+        async with Pair(n_workers=0, listen=False) as p:
+            p.rec_stock, p.rec_slim = Calls(), Calls()
+            p.stock.add_plugin(p.rec_stock)
+            p.slim.add_plugin(p.rec_slim)
+            p.dash_stock = dashboard_plugins(p.stock)
+            p.dash_slim = dashboard_plugins(p.slim)
+            make = lambda c: c.compute((da.ones((400, 400), chunks=2) + 1).sum(axis=0))  # noqa: E731
+            msgs, _ = p.capture(make)
+            args = p.payload(msgs[0])
+            await p.stock.update_graph(client=p.c_stock.id, **args)
+            expected = list(p.rec_stock.calls)
+            await p.slim.update_graph(client=p.c_slim.id, **args)
+            owed = p.slim.slim_deliveries
+            assert owed, "nothing owed: the calls were made inside the commit"
+            assert len(p.rec_slim.calls) < len(expected)
+            ticks = 0
+            gaps = []
+            last = asyncio.get_running_loop().time()
+            while owed:
+                await asyncio.sleep(0)
+                now = asyncio.get_running_loop().time()
+                gaps.append(now - last)
+                last = now
+                ticks += 1
+            assert ticks > 3  # the loop ran while they were delivered
+            assert max(gaps) < 5 * deliveries.SLICE  # (a generous bound on a shared machine)
+            assert p.rec_slim.calls == expected
+            assert layout(p.dash_stock[1]) == layout(p.dash_slim[1])
+
+            # owed calls come before any later transition's
+            args2 = p.payload(p.capture(lambda c: c.compute((da.zeros((400, 400), chunks=2) + 1).sum(axis=0)))[0][0])
+            await p.stock.update_graph(client=p.c_stock.id, **args2)
+            expected = list(p.rec_stock.calls)
+            await p.slim.update_graph(client=p.c_slim.id, **args2)
+            assert p.slim.slim_deliveries
+            key = next(k for k, ts in p.slim.tasks.items() if ts.state == "queued")
+            p.slim.transitions({key: "released"}, stimulus_id="test")
+            assert not p.slim.slim_deliveries
+            assert p.rec_slim.calls[: len(expected)] == expected
+            assert p.rec_slim.calls[len(expected)] == ("transition", key, "queued", "released")
+
+    run(body())
+
+
+def test_persisted_inputs_futures_spans_and_actors_are_staged():
+    """What real users do: persist, compute on top of persisted data inside
+    ``span(...)``, with actors: all staged, all as stock."""
+    from distributed import span
+
+    class Acc:
+        def __init__(self):
+            self.n = 0
+
+    async def body():
+        async with Pair(n_workers=1) as p:
+            _drop_recorders(p)
+            x = da.ones((60, 60), chunks=10) + 1
+            await staged_check(p, lambda c: c.persist(x))
+            await wait_idle(p.stock)
+            await wait_idle(p.slim)
+
+            def on_top(c):
+                with span("user-span"):
+                    return c.compute((x * 2).sum())
+
+            a, b = await staged_check(p, on_top)
+            named = {t["annotations"].get("span", {}).get("name") for t in b["tasks"].values()}
+            assert ("user-span",) in named
+            rec = get_history(p.slim).latest()
+            assert rec.ingestion == "staged"
+
+            # (futures in graphs: test_equivalence.py::test_futures_in_graph)
+            await wait_idle(p.stock)
+            await wait_idle(p.slim)
+            await staged_check(p, lambda c: c.submit(Acc, actor=True, key="acc-1"))
+
+    run(body())
+
+
+def test_a_refused_staging_says_why_in_the_record_and_the_log(caplog):
+    import logging
+
+    async def body():
+        async with Pair(n_workers=0) as p:
+            _drop_recorders(p)
+            await staged_check(p, lambda c: c.compute(da.ones((50, 50), chunks=10) + 1))
+            with caplog.at_level(logging.INFO, logger="slimgraph.ingest"):
+                await staged_check(p, lambda c: c.compute(da.ones((50, 50), chunks=10) + 1), expect_staged=False)
+            rec = get_history(p.slim).latest()
+            assert rec.ingestion == "in place: the graph has keys the scheduler already has"
+            assert any("not staged: the graph has keys" in r.getMessage() for r in caplog.records)
 
     run(body())
 
@@ -343,7 +479,7 @@ def test_staged_into_a_group_made_inside_a_span():
                 with span("outer"):
                     return c.compute(_tree_named("a"))
 
-            await staged_check(p, first, expect_staged=False)  # span annotations
+            await staged_check(p, first)  # span annotations: staged too
             a, b = await staged_check(p, lambda c: c.compute(_tree_named("b")))
             spans = {t["annotations"].get("span", {}).get("name") for t in b["tasks"].values()}
             assert ("outer",) in spans

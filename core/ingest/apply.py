@@ -10,14 +10,19 @@ holds has changed yet. Applying them does, in stock's order:
    (run_specs, edges, priorities), stock's warning for resubmitted keys;
 2. ``who_wants`` and actors (distributed's own ``client_desires_keys``,
    which also reports keys already in memory);
-3. spans, and every plugin's ``update_graph`` hook with stock's arguments;
+3. spans (:mod:`slimgraph.ingest.spans`), and the plugins' ``update_graph``
+   hooks with stock's arguments;
 4. the transitions: a *stock* plan hands the initial recommendations to
    distributed's own ``transitions``; otherwise the plan's counts, log
    entries and queue run are published, and its hand-offs (and, while a
    worker is idle, its queued root-ish tasks) go through distributed's own
-   transition, in the order the replay visited them; plugins listening to
-   transitions are told of every transition in stock's order;
+   transition, in the order the replay visited them;
 5. the reports stock sends for touched tasks already in memory or erred.
+
+Plugins that listen (to ``update_graph``, or to the transitions the replay
+made) are told of everything in stock's order and with stock's arguments,
+by :mod:`slimgraph.ingest.deliveries`: right away when applying in place,
+in short slices after a staged commit.
 
 Two appliers share that sequence. :func:`apply_in_place` runs it right
 after the build, on the event loop, with nothing in between. :func:`commit`
@@ -27,19 +32,15 @@ caller ingests the submission in place from scratch.
 """
 from __future__ import annotations
 
-import logging
-from collections import defaultdict
 from typing import Any
 
 from slimgraph import shim
-from slimgraph.ingest.build import Build, warn_collisions
+from slimgraph.ingest import deliveries
+from slimgraph.ingest.build import Build, task_read, warn_collisions
 from slimgraph.ingest.replay import INLINED, Plan, blame, initial_recommendations
 from slimgraph.ingest.spans import observe
 from slimgraph.ingest.submission import joins_last_computation
 from slimgraph.instrument.records import SubmissionRecord
-
-#: plugin failures are logged where stock logs them
-stock_logger = logging.getLogger("distributed.scheduler")
 
 
 def apply_in_place(state: Any, b: Build, plan: Plan, rec: SubmissionRecord) -> tuple[dict, dict]:
@@ -52,37 +53,60 @@ def apply_in_place(state: Any, b: Build, plan: Plan, rec: SubmissionRecord) -> t
     with rec.phase("who_wants") as p:
         who_wants(state, b)
         p.tasks = len(b.sub.keys)
-    recs = _stock_recommendations(state, b) if plan.stock else None
+    if plan.stock:
+        # stock's own order: recommendations, spans, hooks, transitions
+        recs = initial_recommendations(state.tasks.__getitem__, b.sub.keys)
+        blame(b.touched, recs)
+        with rec.phase("plugins") as p:
+            owed = _plugins(state, b)
+            for _ in owed:
+                pass
+            p.tasks = len(b.touched)
+        with rec.phase("transitions") as p:
+            shim.transitions(state, recs, client_msgs, worker_msgs, b.sub.stimulus_id)
+            p.tasks = len(b.touched)
+        return client_msgs, worker_msgs
     with rec.phase("plugins") as p:
-        _plugins(state, b)
+        owed = _plugins(state, b)
         p.tasks = len(b.touched)
     with rec.phase("transitions") as p:
-        if plan.stock:
-            shim.transitions(state, recs, client_msgs, worker_msgs, b.sub.stimulus_id)
-        else:
-            _transitions(state, b, plan, client_msgs, worker_msgs)
+        _transitions(state, b, plan, client_msgs, worker_msgs, owed)
+        owing(state).flush()
         p.tasks = len(b.touched)
     return client_msgs, worker_msgs
 
 
 def commit(state: Any, b: Build, plan: Plan) -> tuple[dict, dict] | None:
-    """The staged commit: :func:`apply_in_place` of a build made off the
-    event loop, if :func:`still_valid` (None: refused, nothing changed)."""
+    """The staged commit: publish a build made off the event loop, if
+    :func:`still_valid` (None: refused, nothing changed). Plugin calls it
+    owes are delivered afterwards, in slices (:func:`owing`)."""
     if plan.stock or not still_valid(state, b, plan):
         return None
     client_msgs: dict = {}
     worker_msgs: dict = {}
     _publish(state, b)
     who_wants(state, b)
-    _plugins(state, b)
-    _transitions(state, b, plan, client_msgs, worker_msgs)
+    owed = _plugins(state, b)
+    _transitions(state, b, plan, client_msgs, worker_msgs, owed)
+    d = owing(state)
+    if d:
+        d.start()
     return client_msgs, worker_msgs
 
 
-def report(state: Any, b: Build) -> None:
-    """Stock reports touched tasks that are in memory or erred at the end."""
+def owing(state: Any) -> deliveries.Deliveries:
+    """The plugin calls ``state`` still owes (made on first use)."""
+    d = state.slim_deliveries
+    if d is None:
+        d = state.slim_deliveries = deliveries.Deliveries()
+    return d
+
+
+def report(state: Any, b: Build, outside_only: bool = False) -> None:
+    """Stock reports touched tasks that are in memory or erred at the end
+    (``outside_only``: a staged build's own tasks are neither)."""
     client = b.sub.client
-    for ts in b.touched:
+    for ts in b.outside_tasks if outside_only else b.touched:
         if ts._state in ("memory", "erred"):
             state.report_on_key(ts=ts, client=client)
 
@@ -98,17 +122,31 @@ def still_valid(state: Any, b: Build, plan: Plan) -> bool:
         return False
     if r.aliases is not None and state.aliases != r.aliases:
         return False
+    if r.submitting is not None:
+        sts, prio = r.submitting
+        now = state.tasks.get(b.sub.submitting_task)
+        if now is not sts or (sts is not None and sts.priority != prio):
+            return False
     if not plan.complete and any(listeners(state).values()):
         return False  # a plugin now listens: it must be told of every transition
+    if (b.hook_tasks is None) and any(shim.listens_to_update_graph(p) for p in state.plugins.values()):
+        return False
+    tasks = state.tasks
+    for ts, read in r.outside:
+        if tasks.get(ts.key) is not ts or task_read(ts) != read:
+            return False
     if state.slim_epoch != r.epoch:
         if not state.tasks.keys().isdisjoint(b.tasks):
             return False
         if any(tg.name in state.task_groups for tg in b.new_groups):
             return False
     groups = state.task_groups
-    return all(
-        groups.get(d.group.name) is d.group and d.unchanged() for d in b.live_groups.values()
-    )
+    if not all(groups.get(d.group.name) is d.group and d.unchanged() for d in b.live_groups.values()):
+        return False
+    for sg in b.span_groups or ():
+        if sg.group.span_id != sg.span_id_read:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -166,48 +204,37 @@ def who_wants(state: Any, b: Build) -> None:
         state.tasks[k].actor = True
 
 
-def _stock_recommendations(state: Any, b: Build) -> dict:
-    recs = initial_recommendations(state.tasks.__getitem__, b.sub.keys)
-    blame(b.touched, recs)
-    return recs
-
-
-def _plugins(state: Any, b: Build) -> None:
-    """Spans, then every plugin's ``update_graph`` hook (stock's arguments)."""
+def _plugins(state: Any, b: Build) -> Any:
+    """Spans now; returns the plugins' ``update_graph`` hooks, owed."""
     sub = b.sub
-    annotations_for_plugin: defaultdict = defaultdict(dict)
-    tasks = state.tasks
-    for key in b.keys_with_annotations:
-        ts = tasks[key]
-        if ts.annotations:
-            for annot, value in ts.annotations.items():
-                annotations_for_plugin[annot][key] = value
+    hooked = [p for p in list(state.plugins.values()) if shim.listens_to_update_graph(p)]
+    if hooked and b.hook_tasks is None:  # (in place: a plugin came meanwhile)
+        from slimgraph.ingest.build import _hook_arguments
+
+        _hook_arguments(b)
+        if state.extensions.get("spans") is not None:
+            b.hook_annotations["span"] = {}
+    annotations = b.hook_annotations
+    out: dict = annotations["span"] if annotations is not None and "span" in annotations else {}
     spans_ext = state.extensions.get("spans")
     if spans_ext and b.span_groups is not None:
-        span_ann = observe(spans_ext, b.span_groups, sub.span_metadata, sub.code)
-        if span_ann:
-            annotations_for_plugin["span"] = span_ann
-        else:
-            annotations_for_plugin.pop("span", None)
-    hooked = [p for p in list(state.plugins.values()) if shim.listens_to_update_graph(p)]
+        observe(spans_ext, b.span_groups, sub.span_metadata, sub.code, out, b.touched)
+        if annotations is not None and not out:
+            annotations.pop("span", None)
     if not hooked:
-        return
-    # Only built when some plugin listens: stock builds them always.
-    tasks_for_plugin = [ts.key for ts in b.touched]
-    priorities_for_plugin = {ts.key: ts.priority for ts in b.touched}
-    for plugin in hooked:
-        try:
-            plugin.update_graph(
-                state,
-                client=sub.client,
-                tasks=tasks_for_plugin,
-                keys=sub.keys,
-                annotations=annotations_for_plugin,
-                priority=priorities_for_plugin,
-                stimulus_id=sub.stimulus_id,
-            )
-        except Exception as e:
-            stock_logger.exception(e)
+        return iter(())
+    if b.priorities:  # priorities given when publishing: read them now
+        b.hook_priority = {ts.key: ts.priority for ts in b.touched}
+    kwargs = {
+        "client": sub.client,
+        "tasks": b.hook_tasks,
+        "keys": sub.keys,
+        "annotations": annotations,
+        "priority": b.hook_priority,
+        "stimulus_id": sub.stimulus_id,
+    }
+    stack = b.layout_stack if b.hook_tasks is not None and len(b.layout_stack or ()) == len(b.hook_tasks) else None
+    return deliveries.update_graph_hooks(state, hooked, kwargs, stack)
 
 
 def listeners(state: Any) -> dict:
@@ -218,8 +245,15 @@ def listeners(state: Any) -> dict:
     }
 
 
-def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msgs: dict) -> None:
-    """Publish the plan's transitions (module docstring, step 4)."""
+def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msgs: dict, owed: Any) -> None:
+    """Publish the plan's transitions (module docstring, step 4).
+
+    Plugins that listen to update_graph or to the replay's transitions are
+    told of everything (hooks, the replay's transitions and the ones
+    distributed's own code makes here) through the deliveries, in stock's
+    order: while the hand-offs run they are taken out of the scheduler's
+    plugins, so distributed's transition code does not tell them early.
+    """
     sid = b.sub.stimulus_id
     for tg, moves in plan.moves.values():
         for (old, new), n in moves.items():
@@ -230,7 +264,12 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
             w = set(w or ())
         w.update(lst)
         dts.waiters = w
-    notify = _notifier(state, plan, sid) if plan.complete else None
+    pairs = listeners(state) if plan.complete else {}
+    hooked = {id(p) for p in state.plugins.values() if shim.listens_to_update_graph(p)}
+    told_later = {id(p): p for ps in pairs.values() for p in ps}
+    for name, p in state.plugins.items():
+        if id(p) in hooked:
+            told_later[id(p)] = p
 
     # Ready tasks, in the order the replay visited them: hand-offs always go
     # through distributed's transition; queued root-ish ones do too while a
@@ -244,8 +283,10 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
     first = plan.n_entries - len(entries)  # log position of entries[0]
     made: list = []  # (position, entries assumed, Transition records made)
     assumed_total = 0
-    cur = 0  # plugins have been told of the entries before this position
     log = state.transition_log
+    plugins = state.plugins
+    if told_later:
+        state.plugins = {n: p for n, p in plugins.items() if id(p) not in told_later}
     state.transition_log = capture = []
     try:
         qi = ni = 0
@@ -265,19 +306,21 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
                 ni += 1
             else:
                 break
-            if notify is not None:
-                notify(cur, pos)
-                cur = pos + assumed
             shim.transitions(state, {ts.key: "processing"}, client_msgs, worker_msgs, sid)
             assumed_total += assumed
-            if pos >= first:
+            if pos >= first or told_later:
                 made.append((pos, assumed, capture[:]))
             capture.clear()
     finally:
         state.transition_log = log
-    if notify is not None:
-        notify(cur, plan.n_entries)
-    state.queued.merge_staged(members, plan.queued_sorted, plan.seq_base, plan.seq_span, plan.requeued)
+        state.plugins = plugins
+    if plan.requeued:
+        add = state.queued.add
+        for ts in queued:
+            if ts in members:
+                add(ts)
+    else:
+        state.queued.merge_staged(members, plan.queued_sorted, plan.seq_base, plan.seq_span)
     # the log: the replay's entries, with those of the tasks above spliced in
     now = plan.now
     if type(entries) is not list:
@@ -285,12 +328,23 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
     out: list = []
     cur = first
     for pos, assumed, records in made:
+        if pos < first:
+            continue  # before the log's tail (kept only for the plugins)
         out.extend(_records(entries, cur - first, pos - first, sid, now))
         out.extend(records)
         cur = pos + assumed
     out.extend(_records(entries, cur - first, len(entries), sid, now))
     log.extend(out)
     state.transition_counter += plan.n_entries - assumed_total
+    if told_later:
+        d = owing(state)
+        d.add(owed)
+        if plan.complete:
+            calls = _in_stock_order(entries, made)
+        else:  # no plugin listens to the replay's transitions
+            calls = ((t.key, t.start, t.finish) for _, _, records in made for t in records)
+        later = {pair: [p for p in ps if id(p) in told_later] for pair, ps in pairs.items()}
+        d.add(deliveries.transition_calls(calls, later, sid, told_later))
 
 
 def _records(entries: list, lo: int, hi: int, sid: str, now: float) -> list:
@@ -299,22 +353,16 @@ def _records(entries: list, lo: int, hi: int, sid: str, now: float) -> list:
     return [shim.Transition(key, start, finish, r, sid, now) for key, start, finish, r in entries[lo:hi]]
 
 
-def _notifier(state: Any, plan: Plan, sid: str) -> Any:
-    """``notify(lo, hi)``: tell plugins of the replay's entries ``lo..hi-1``
-    (a complete log), as stock's transitions tell them of each. Those that
-    distributed's own code makes tell them themselves, when they happen."""
-    pairs = listeners(state)
-    entries = plan.entries
-    if not any(pairs.values()):
-        return lambda lo, hi: None
-
-    def notify(lo: int, hi: int) -> None:
-        for i in range(lo, hi):
-            key, start, finish, _ = entries[i]
-            for p in pairs.get((start, finish), ()):
-                try:
-                    p.transition(key, start, finish, stimulus_id=sid)
-                except Exception:
-                    stock_logger.info("Plugin failed with exception", exc_info=True)
-
-    return notify
+def _in_stock_order(entries: list, made: list) -> Any:
+    """``(key, start, finish)`` of every transition, in stock's order: the
+    replay's entries (all of them: ``plan.complete``), with those that
+    distributed's own code made spliced in where they happened."""
+    cur = 0
+    for pos, assumed, records in made:
+        for key, start, finish, _ in entries[cur:pos]:
+            yield key, start, finish
+        for t in records:
+            yield t.key, t.start, t.finish
+        cur = pos + assumed
+    for key, start, finish, _ in entries[cur:]:
+        yield key, start, finish

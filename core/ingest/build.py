@@ -90,6 +90,30 @@ class Reads:
     nthreads: int
     saturation: float
     aliases: dict | None = None
+    #: the submitting task and its priority (a graph submitted from a task
+    #: takes its generation from there)
+    submitting: tuple | None = None
+    #: tasks the scheduler already had that the graph depends on (persisted
+    #: data, futures), and what the build read of each: see :func:`task_read`
+    outside: list = field(default_factory=list)
+
+
+def task_read(ts: Any) -> tuple:
+    """What a build reads of a task the scheduler already had and the new
+    graph depends on: its state, whether it is in memory (which decides
+    ``waiting_on``), and the containers the new edges and waiters extend."""
+    deps = ts.dependents
+    waiters = ts.waiters
+    x = ts._x
+    return (
+        ts._state,
+        bool(x is not None and x.who_has),
+        x is not None and x.exception_blame is not None,
+        id(deps),
+        len(deps),
+        id(waiters),
+        len(waiters) if waiters else 0,
+    )
 
 
 @dataclass
@@ -128,12 +152,25 @@ class Build:
     group_firsts: list = field(default_factory=list)
     #: the touched tasks' groups for the spans extension (None: no extension)
     span_groups: list | None = None
+    #: the tasks the graph needs from outside it (in ``touched`` too)
+    outside_tasks: list = field(default_factory=list)
+    #: the arguments of the plugins' ``update_graph`` hooks, when a plugin
+    #: listens (built here, off the event loop): keys, priorities, and the
+    #: annotations by name (the spans' added when applying)
+    hook_tasks: list | None = None
+    hook_priority: dict | None = None
+    hook_annotations: Any = None
+    #: the tasks in the order distributed's GraphLayout takes them (when one listens)
+    layout_stack: list | None = None
     #: the submission's generation, and ``(generation, time)`` the scheduler
     #: moves to (None: unchanged)
     generation: Any = None
     moved_generation: tuple | None = None
-    #: touched tasks the scheduler already had (0: a brand-new graph)
+    #: touched tasks the scheduler already had (0: a brand-new graph), and
+    #: how many of them are keys of the submitted graph (not only needed
+    #: from outside it)
     existing: int = 0
+    existing_in_graph: int = 0
     edges: int = 0
     reads: Reads | None = None
     #: big per-step scratch, freed by disposal rather than in one cascade
@@ -167,11 +204,44 @@ def build(state: Any, sub: Submission, rec: SubmissionRecord, where: str = "even
     with rec.phase("priorities", where=where) as p:
         _priorities(state, b)
         p.tasks = len(b.touched)
-    if state.extensions.get("spans") is not None:
-        with rec.phase("annotations", where=where):
+    plugins = list(state.plugins.values())
+    hooked = any(shim.listens_to_update_graph(p) for p in plugins)
+    with rec.phase("plugins", where=where):
+        if hooked:
+            _hook_arguments(b)
+            if any(type(p) is shim.GraphLayout for p in plugins):
+                # the order the dashboard's graph layout takes the tasks in
+                # (sorting them is most of its cost): here, off the loop
+                from slimgraph.ingest.deliveries import layout_stack
+
+                b.layout_stack = layout_stack(b.hook_tasks, b.hook_priority)
+        spans_ext = state.extensions.get("spans")
+        if spans_ext is not None:
             ann = (sub.annotations_by_type or {}, sub.global_annotations or {})
-            b.span_groups = spans.plan(b, any("span" in a for a in ann))
+            out = None
+            if hooked:  # the spans' annotations replace the submitted ones
+                out = b.hook_annotations["span"] = {}
+            b.span_groups = spans.plan(b, spans_ext, any("span" in a for a in ann), out)
     return b
+
+
+def _hook_arguments(b: Build) -> None:
+    """What stock hands every plugin's ``update_graph`` hook (stock builds
+    these on the loop for every submission; here only when a plugin
+    listens, and off the loop when staged)."""
+    from collections import defaultdict
+
+    touched = b.touched
+    b.hook_tasks = [ts.key for ts in touched]
+    b.hook_priority = {ts.key: ts.priority for ts in touched}
+    by_name: defaultdict = defaultdict(dict)
+    tasks = b.tasks
+    for key in b.keys_with_annotations:
+        ann = tasks[key].annotations
+        if ann:
+            for name, value in ann.items():
+                by_name[name][key] = value
+    b.hook_annotations = by_name
 
 
 # ---------------------------------------------------------------------------
@@ -235,6 +305,7 @@ def _task_states(state: Any, b: Build) -> list:
             fresh.append(i)
         else:
             b.existing += 1
+            b.existing_in_graph += 1
             # a task made before its run_spec was known (a Variable's
             # client_desires_keys, scatter): it gets this one
             if ts.run_spec is None:
@@ -247,9 +318,20 @@ def _task_states(state: Any, b: Build) -> list:
                     b.collisions.append((ts, dsk[k], lhs, rhs))
         by_index[i] = ts
         touched.append(ts)
-    for k in idx.outside:
-        touched.append(live[k])
-        b.existing += 1
+    if idx.outside:
+        # stock's order: each outside key where the walk met it
+        merged: list = []
+        r = 0
+        for k, at in zip(idx.outside, idx.outside_at):
+            merged.extend(touched[r:at])
+            r = at
+            ts = live[k]
+            merged.append(ts)
+            b.outside_tasks.append(ts)
+            b.reads.outside.append((ts, task_read(ts)))
+            b.existing += 1
+        merged.extend(touched[r:])
+        b.touched = touched = merged
     b.group_firsts = [(tg, first) for tg, first in firsts.values()]
     for gid, (tg, n) in per_group.items():
         delta = b.live_groups.get(gid)
@@ -471,6 +553,9 @@ def generation(state: Any, sub: Submission) -> tuple:
 
 def _priorities(state: Any, b: Build) -> None:
     sub = b.sub
+    if sub.submitting_task:
+        sts = state.tasks.get(sub.submitting_task)
+        b.reads.submitting = (sts, None if sts is None else sts.priority)
     gen, moved = generation(state, sub)
     b.generation = gen
     b.moved_generation = moved

@@ -10,7 +10,7 @@ writes scheduler state, so it can run in a worker thread
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from slimgraph import config, shim
@@ -28,9 +28,12 @@ class GraphIndex:
     pos: dict  # key -> i
     deps: list  # deps[i]: tuple of dependency indices inside dsk
     external: dict  # i -> [keys of dependencies not in dsk]
-    reached: list  # indices reachable from the requested keys
-    outside: list  # requested/needed keys that are not in dsk
+    reached: list  # indices reachable from the requested keys, in visit order
+    outside: list  # requested/needed keys that are not in dsk, in visit order
     edges: int = 0
+    #: for each key of ``outside``: how many tasks were reached before it
+    #: (stock visits both in one walk: where each goes among its "touched" tasks)
+    outside_at: list = field(default_factory=list)
 
     def temporaries(self) -> list:
         """Its big containers, which nothing outlives it (see slimgraph.runtime.disposal)."""
@@ -42,10 +45,12 @@ def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
 
     Raises InvalidKeyError for keys of a type dask does not accept.
     """
+    # stock walks ``set(keys)`` (the client sends a list): the same order here
+    wanted = set(wanted)
     if cull:
         # distributed's own cull: the culled dict's order (set-pop order) is
         # the order stock adds dependents in, and what dask.order sees.
-        dsk = shim.cull(dsk, wanted if isinstance(wanted, set) else set(wanted))
+        dsk = shim.cull(dsk, wanted)
 
     keys = list(dsk)
     pos = {k: i for i, k in enumerate(keys)}
@@ -81,36 +86,52 @@ def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
             "bytes, int, float or tuples of those"
         )
 
-    # Reachability from the requested keys (stock only creates those tasks).
+    # Reachability from the requested keys (stock only creates those tasks),
+    # visited in stock's order: a stack of the requested keys, then of each
+    # task's dependencies, popped from the end. Keys from outside the graph
+    # are visited in that order too (they are "touched" tasks for stock),
+    # so each one's place among the reached tasks is kept.
     seen = bytearray(len(keys))
     reached = []
     outside_seen: set = set()
     outside = []
+    outside_at = []  # for each outside key: how many tasks were reached before it
+    ext_keys: list = []  # outside keys on the stack, as -1 - position here
     stack = []
     for k in wanted:
         j = get(k)
         if j is None:
-            if k not in outside_seen:
-                outside_seen.add(k)
-                outside.append(k)
+            ext_keys.append(k)
+            stack.append(-len(ext_keys))
         else:
             stack.append(j)
     while stack:
         j = stack.pop()
+        if j < 0:
+            k = ext_keys[-1 - j]
+            if k not in outside_seen:
+                outside_seen.add(k)
+                outside.append(k)
+                outside_at.append(len(reached))
+            continue
         if seen[j]:
             continue
         seen[j] = 1
         reached.append(j)
-        for d in deps[j]:
-            if not seen[d]:
-                stack.append(d)
-        ext = external.get(j)
-        if ext:
-            for k in ext:
-                if k not in outside_seen:
-                    outside_seen.add(k)
-                    outside.append(k)
-    return GraphIndex(dsk, keys, pos, deps, external, reached, outside, n_edges)
+        if j in external:
+            # the task's dependencies in their own order, outside ones too
+            for d in dsk[keys[j]].dependencies:
+                jj = get(d)
+                if jj is None:
+                    ext_keys.append(d)
+                    stack.append(-len(ext_keys))
+                elif not seen[jj]:
+                    stack.append(jj)
+        else:
+            for d in deps[j]:
+                if not seen[d]:
+                    stack.append(d)
+    return GraphIndex(dsk, keys, pos, deps, external, reached, outside, n_edges, outside_at)
 
 
 def _in_index_order(indices: list, n: int) -> Any:

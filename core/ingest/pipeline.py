@@ -220,35 +220,46 @@ class Pipeline:
         s = self.target
         rec = self.rec
         why = refusal(s, sub) if config.get("staging") else "slimgraph.staging is off"
-        if why is not None:
-            self.ingested = f"in place: {why}"
-            return None
-        seq_base = s.queued.reserve(len(sub.index.reached))
-        complete = any(applier.listeners(s).values())
+        if why is None:
+            seq_base = s.queued.reserve(len(sub.index.reached))
+            complete = any(applier.listeners(s).values())
 
-        def off_loop() -> tuple:
-            b = build(s, sub, rec, where="offload")
-            if b.existing:
-                return b, None
-            with rec.phase("transitions", where="offload") as p:
-                plan = replay(s, b, seq_base, complete)
-                p.tasks = len(b.new)
-            return b, plan
+            def off_loop() -> tuple:
+                b = build(s, sub, rec, where="offload")
+                if b.existing_in_graph:
+                    return b, None
+                with rec.phase("transitions", where="offload") as p:
+                    plan = replay(s, b, seq_base, complete)
+                    p.tasks = len(b.new)
+                return b, plan
 
-        b, plan = await shim.offload(off_loop)
-        if plan is None or plan.stock or plan.live_writes:
-            self.ingested = "in place: the graph meets tasks the scheduler has"
-            return None
-        with rec.phase("commit") as p:
-            msgs = applier.commit(s, b, plan)
-            if msgs is None:
-                self.ingested = "in place: the state changed during the build"
-                return None
-            s.send_all(*msgs)
-            # (no reports: a staged graph is all new tasks, none in memory or erred)
-            p.tasks = len(b.new)
-        self.ingested = "staged"
-        return b, plan
+            b, plan = await shim.offload(off_loop)
+            if plan is None:
+                why = "the graph has keys the scheduler already has"
+            elif plan.stock:
+                why = plan.reason
+            elif plan.live_writes:
+                why = "the graph needs released tasks the scheduler already has"
+            else:
+                with rec.phase("commit") as p:
+                    msgs = applier.commit(s, b, plan)
+                    if msgs is not None:
+                        s.send_all(*msgs)
+                        # a staged graph's own tasks are neither in memory nor
+                        # erred; tasks it needs from outside may be
+                        applier.report(s, b, outside_only=True)
+                        p.tasks = len(b.new)
+                if msgs is not None:
+                    self.ingested = "staged"
+                    return b, plan
+                why = "the state changed during the build"
+        self.ingested = f"in place: {why}"
+        logger.info(
+            "update_graph of %d tasks ingested on the event loop, not staged: %s",
+            len(sub.index.reached),
+            why,
+        )
+        return None
 
     def _in_place(self, sub: Submission) -> tuple:
         """Build, replay and apply on the loop, with nothing in between."""
@@ -269,23 +280,23 @@ class Pipeline:
 
 
 def refusal(state: Any, sub: Submission) -> str | None:
-    """Why ``sub`` cannot be staged on ``state`` now (None: it can)."""
+    """Why ``sub`` cannot be staged on ``state`` now (None: it can).
+
+    Everything else is staged: listening plugins (their calls are owed and
+    delivered after the commit, in stock's order), dependencies on
+    persisted data or futures (the commit checks they did not change),
+    span annotations, actors, graphs submitted from a task. What still
+    refuses: distributed's validation mode (it checks every transition as
+    it happens), a transition counter limit (it counts them as they
+    happen), and queuing turned off (every ready task would go through
+    distributed's transitions in the commit). A build that meets keys the
+    scheduler already has, or tasks with erred or lost dependencies, is
+    also ingested in place (see :func:`slimgraph.ingest.replay.stock_reason`).
+    """
     if state.validate:
         return "validate=True"
     if state.transition_counter_max:
         return "transition counter limit"
     if state.WORKER_SATURATION == float("inf"):
         return "queuing disabled"
-    if sub.submitting_task:
-        return "submitted from a task"
-    if sub.actors:
-        return "actors"
-    if sub.index.outside:
-        return "dependencies outside the graph"
-    if "span" in (sub.annotations_by_type or {}) or "span" in (sub.global_annotations or {}):
-        return "span annotations"
-    if any(shim.listens_to_update_graph(p) for p in state.plugins.values()) or any(
-        applier.listeners(state).values()
-    ):
-        return "plugins listen to update_graph or to these transitions"
     return None

@@ -100,7 +100,8 @@ class Plan:
     #: whether the replay changed tasks the scheduler already had
     #: (resubmitted released tasks): then it must be applied at once
     live_writes: bool = False
-    #: some queued tasks were queued before (see TaskQueue.merge_staged)
+    #: some queued tasks were queued here before: they are added one by one
+    #: (``TaskQueue.add``), not merged as a sorted run
     requeued: bool = False
 
     def temporaries(self) -> list:
@@ -357,9 +358,12 @@ class _Replay:
         plan = self.plan
         run = plan.queued
         base = plan.seq_base
-        # a resubmitted task may have been queued before (a stale entry of
-        # it may sit in the queue's heap)
+        # a resubmitted task may have been queued here before: the queue's
+        # own ``add`` takes those (in visit order, when applying)
         plan.requeued = plan.live_writes and any(ts._qseq is not None for ts in run)
+        if plan.requeued:
+            plan.queued_members = set(run)
+            return
         for ts in run:
             ts._qseq = base
         ordered = sorted_by_priority(run)

@@ -13,11 +13,13 @@ compare by ``(priority, queue sequence number)`` (see
 entry and one int.
 
 Like HeapSet, removal is lazy: ``discard`` only forgets the task in
-``_data``; stale heap entries are dropped when they reach the top. A task
-re-added while a stale entry of it may still be in the heap gets a new
-sequence number, which changes that entry's place: the heap is marked dirty
-and re-heapified before it is next read (rare: a queued task released and
-queued again).
+``_data``; stale heap entries are dropped when they reach the top. Like
+HeapSet, every ``add`` pushes an entry with a new sequence number, and a
+task is where its smallest live entry is: a task released and queued again
+while its old entry is still in the heap comes out at its old place (as on
+stock). Its first entry is the task itself (its ``_qseq`` never changes);
+later ones are small :class:`_Entry` objects (rare: a queued task released
+and queued again).
 """
 from __future__ import annotations
 
@@ -26,8 +28,44 @@ import itertools
 from typing import Any, Iterator
 
 
+class _Entry:
+    """A further heap entry of a task queued again (see module docstring):
+    it sorts like the task would with this sequence number."""
+
+    __slots__ = ("ts", "_qseq")
+
+    def __init__(self, ts: Any, seq: int):
+        self.ts = ts
+        self._qseq = seq
+
+    @property
+    def priority(self) -> Any:
+        return self.ts.priority
+
+    @property
+    def _prio_head(self) -> Any:
+        return self.ts._prio_head
+
+    @property
+    def _prio_order(self) -> Any:
+        return self.ts._prio_order
+
+    def __lt__(self, other: Any) -> bool:
+        return (self.ts.priority, self._qseq) < (other.priority, other._qseq)
+
+    def __hash__(self) -> int:
+        return hash(self.ts)
+
+    def __eq__(self, other: object) -> bool:
+        return other is self.ts or other is self
+
+
+def _task(x: Any) -> Any:
+    return x.ts if type(x) is _Entry else x
+
+
 class TaskQueue:
-    __slots__ = ("_data", "_heap", "_runs", "_next", "_sorted", "_dirty", "_pending")
+    __slots__ = ("_data", "_heap", "_runs", "_next", "_sorted", "_pending")
 
     def __init__(self) -> None:
         self._data: set = set()
@@ -38,7 +76,6 @@ class TaskQueue:
         self._runs: list = []
         self._next = 0  # the next sequence number
         self._sorted = True
-        self._dirty = False
         self._pending: list = []
 
     def add_deferred(self, ts: Any) -> None:
@@ -51,12 +88,8 @@ class TaskQueue:
         """
         if ts in self._data:
             return
-        if ts._qseq is not None:
-            self._dirty = True
-        ts._qseq = self._next
-        self._next += 1
         self._data.add(ts)
-        self._pending.append(ts)
+        self._pending.append(self._entry(ts))
 
     def reserve(self, n: int) -> int:
         """Reserve ``n`` sequence numbers for a staged ingestion (see
@@ -65,22 +98,19 @@ class TaskQueue:
         self._next += n
         return base
 
-    def merge_staged(self, members: set, ordered: list, base: int, n: int, requeued: bool = False) -> None:
+    def merge_staged(self, members: set, ordered: list, base: int, n: int) -> None:
         """Add tasks queued by a staged ingestion in one step.
 
         ``members`` holds them, ``ordered`` holds them sorted by
         ``(priority, _qseq)``, their ``_qseq`` lie in ``[base, base + n)``
-        reserved by :meth:`reserve`. If anything was queued since the
-        reservation, that task was queued first and must win ties: the
-        staged tasks are renumbered after it (same relative order).
-        ``requeued``: some of them were queued here before and got a new
-        number, so a stale entry of theirs may sit out of place in the heap
-        (as in :meth:`add`); the heap is re-heapified before it is next read.
+        reserved by :meth:`reserve`, and none of them was ever queued here
+        before (tasks queued again go through :meth:`add`). If anything was
+        queued since the reservation, that task was queued first and must
+        win ties: the staged tasks are renumbered after it (same relative
+        order).
         """
         if not members:
             return
-        if requeued:
-            self._dirty = True
         if self._next != base + n:
             shift = self._next - base
             for ts in ordered:
@@ -116,15 +146,21 @@ class TaskQueue:
     def __repr__(self) -> str:
         return f"<TaskQueue: {len(self)} items>"
 
+    def _entry(self, ts: Any) -> Any:
+        """A new entry for ``ts``: the task itself the first time, else an
+        :class:`_Entry` (its ``_qseq`` belongs to its first entry)."""
+        seq = self._next
+        self._next += 1
+        if ts._qseq is None:
+            ts._qseq = seq
+            return ts
+        return _Entry(ts, seq)
+
     def add(self, ts: Any) -> None:
         if ts in self._data:
             return
-        if ts._qseq is not None:
-            self._dirty = True  # a stale entry of ts may sit in the heap
-        ts._qseq = self._next
-        self._next += 1
         self._data.add(ts)
-        heapq.heappush(self._heap, ts)
+        heapq.heappush(self._heap, self._entry(ts))
         self._sorted = False
 
     def _clean(self) -> None:
@@ -136,15 +172,6 @@ class TaskQueue:
                 self._heap = pending  # a sorted list is a heap
             else:
                 self._add_run(pending)
-            self._sorted = False
-        if self._dirty:
-            # a re-added task got a new sequence number: stale copies of it
-            # sit out of place in the heap and the runs
-            rest = [ts for r, i in self._runs for ts in r[i:]]
-            self._runs = []
-            self._heap.extend(rest)
-            heapq.heapify(self._heap)
-            self._dirty = False
             self._sorted = False
 
     def _head(self) -> tuple:
@@ -166,7 +193,7 @@ class TaskQueue:
                 best = lst[i]
                 where = run
         self._runs = [r for r in self._runs if r[1] < len(r[0])]
-        return best, where
+        return (None if best is None else _task(best)), where
 
     def discard(self, ts: Any) -> None:
         self._data.discard(ts)
@@ -227,6 +254,7 @@ class TaskQueue:
                 best = lst[-1]
                 where = run
         self._runs = [r for r in self._runs if r[1] < len(r[0])]
+        best = None if best is None else _task(best)
         if pop:
             if where is None:
                 del heap[-1]
@@ -247,7 +275,7 @@ class TaskQueue:
             raise KeyError("pop from an empty set")
         return self._right(pop=True)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # members, in no order (as HeapSet)
         return iter(self._data)
 
     def sorted(self) -> Iterator[Any]:
@@ -258,7 +286,8 @@ class TaskQueue:
         data = self._data
         seen: set = set()
         merged = heapq.merge(self._heap, *(lst[i:] for lst, i in self._runs)) if self._runs else self._heap
-        for ts in merged:
+        for x in merged:
+            ts = _task(x)
             if ts in data and ts not in seen:
                 seen.add(ts)
                 yield ts
@@ -269,7 +298,6 @@ class TaskQueue:
         self._runs = []
         self._pending.clear()
         self._sorted = True
-        self._dirty = False
 
 
 def sort_key(ts: Any) -> tuple:

@@ -68,6 +68,9 @@ class SlimSchedulerState(TransitionHook):
     #: (slimgraph.ingest.apply.commit) built while it was unchanged can skip re-checks.
     #: (A class default: a scheduler made slim in place has it too.)
     slim_epoch: int = 0
+    #: plugin calls a staged ingestion still owes (slimgraph.ingest.deliveries);
+    #: delivered before any later transition
+    slim_deliveries: Any = None
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.slim_lazy = bool(config.get("lazy-containers"))
@@ -112,6 +115,9 @@ class SlimSchedulerState(TransitionHook):
     # ------------------------------------------------------------------
     # transitions on slim containers
     def on_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
+        owed = self.slim_deliveries
+        if owed:  # plugins hear of an ingestion's transitions before this one
+            owed.flush()
         ts = self.tasks.get(key)
         if ts is None or (ts._state, finish) in _CONTAINER_FREE:
             out = self.stock_transition(key, finish, stimulus_id, kwargs)

@@ -1,0 +1,166 @@
+"""Plugin calls an ingestion owes, made in stock's order without a long block.
+
+Stock calls every plugin's ``update_graph`` hook and then, for each of the
+submission's initial transitions, every plugin's ``transition`` hook, all
+inside ``update_graph`` on the event loop. A plugin that listens (dask's
+own Graph page registers one; so does any user plugin that records
+transitions) turns a million-task submission into millions of calls in one
+block. A staged ingestion therefore publishes the graph first and *owes*
+those calls: :class:`Deliveries` makes them afterwards, on the event loop,
+in slices of :data:`SLICE` seconds, in exactly stock's order and with
+stock's arguments.
+
+Order with everything else is kept by flushing: before any later transition
+(``SlimSchedulerState.on_transition``), before another submission is
+applied, and before a plugin is added or removed, whatever is still owed is
+delivered at once. So a plugin sees the same sequence of calls as on stock;
+what differs is only *when* a call comes (at or after the commit) and so
+the scheduler state it may look at meanwhile.
+
+Two plugins need more than a queue of calls:
+
+- distributed's ``GraphLayout`` (the dashboard's Graph page) lays out every
+  submitted task in its ``update_graph`` hook: one call, about 22 us per
+  task (20 s at 1M). Its hook is delivered in slices of tasks in priority
+  order, which lays out exactly what one call lays out (its own loop takes
+  the tasks in that order and visits dependencies first; the differential
+  test compares the layouts).
+- Hooks are delivered before every transition call, as in stock.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Any, Iterator
+
+from slimgraph import shim
+
+logger = logging.getLogger("distributed.scheduler")
+
+#: Longest run of plugin calls between two event-loop turns (seconds).
+SLICE = 0.02
+#: Tasks per ``GraphLayout.update_graph`` slice.
+LAYOUT_SLICE = 2000
+
+
+class Deliveries:
+    """Owed plugin calls for one scheduler state, in order.
+
+    Each owed batch is a generator that makes one call (or a few) per
+    ``next()``; :meth:`flush` runs them all now, :meth:`start` in slices
+    on the event loop.
+    """
+
+    def __init__(self) -> None:
+        self.steps: deque[Iterator[None]] = deque()
+        self._task: asyncio.Task | None = None
+        self._flushing = False
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def add(self, step: Iterator[None]) -> None:
+        self.steps.append(step)
+
+    def flush(self) -> None:
+        """Make every owed call now (re-entrant calls do nothing)."""
+        if self._flushing:
+            return
+        self._flushing = True
+        try:
+            steps = self.steps
+            while steps:
+                for _ in steps[0]:
+                    pass
+                steps.popleft()
+        finally:
+            self._flushing = False
+
+    def start(self) -> None:
+        """Deliver in slices on the running event loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        steps = self.steps
+        while steps:
+            deadline = time.perf_counter() + SLICE
+            while steps and not self._flushing:
+                step = steps[0]
+                done = True
+                for _ in step:
+                    if time.perf_counter() > deadline:
+                        done = False
+                        break
+                if done:
+                    steps.popleft()
+                else:
+                    break
+            await asyncio.sleep(0)
+
+    async def wait(self) -> None:
+        """Until everything owed is delivered (tests)."""
+        while self.steps:
+            await asyncio.sleep(0.005)
+
+
+# ---------------------------------------------------------------------------
+# the batches
+# ---------------------------------------------------------------------------
+def update_graph_hooks(state: Any, plugins: list, kwargs: dict, stack: list | None = None) -> Iterator[None]:
+    """Every listening plugin's ``update_graph`` hook, stock's arguments.
+    ``stack``: :func:`layout_stack` of the tasks, if known already."""
+    for plugin in plugins:
+        if type(plugin) is shim.GraphLayout and len(kwargs["tasks"]) > LAYOUT_SLICE:
+            if stack is None:
+                stack = layout_stack(kwargs["tasks"], kwargs["priority"])
+            yield from _layout_in_slices(state, plugin, kwargs, stack)
+            continue
+        try:
+            plugin.update_graph(state, **kwargs)
+        except Exception as e:
+            logger.exception(e)
+        yield
+
+
+def layout_stack(tasks: list, priority: dict) -> list:
+    """The stack ``GraphLayout.update_graph`` starts from: the tasks sorted
+    by priority, most important last (it pops from the end)."""
+    return sorted(tasks, key=lambda k: shim.TupleComparable(priority.get(k, 0)), reverse=True)
+
+
+def _layout_in_slices(state: Any, plugin: Any, kwargs: dict, stack: list) -> Iterator[None]:
+    """``GraphLayout.update_graph`` in slices of the stack its one call
+    starts from, the slice it would pop first first. Each slice is already
+    in stack order (its own sort keeps it), and the call lays out a task's
+    dependencies before the task whatever slice they are in, so the slices
+    lay out exactly what the one call does, in the same order."""
+    for end in range(len(stack), 0, -LAYOUT_SLICE):
+        part = dict(kwargs)
+        part["tasks"] = stack[max(0, end - LAYOUT_SLICE) : end]
+        try:
+            plugin.update_graph(state, **part)
+        except Exception as e:
+            logger.exception(e)
+        yield
+
+
+def transition_calls(calls: Iterator[tuple], pairs: dict, sid: str, plugins: dict) -> Iterator[None]:
+    """``plugin.transition`` for each ``(key, start, finish)`` of ``calls``:
+    for the plugins listed in ``pairs[(start, finish)]``, or, for another
+    transition, those of ``plugins`` that listen to it."""
+    pairs = dict(pairs)
+    for key, start, finish in calls:
+        ps = pairs.get((start, finish))
+        if ps is None:
+            ps = pairs[start, finish] = [
+                p for p in plugins.values() if shim.listens_to_transition(p, start, finish)
+            ]
+        for p in ps:
+            try:
+                p.transition(key, start, finish, stimulus_id=sid)
+            except Exception:
+                logger.info("Plugin failed with exception", exc_info=True)
+        yield
