@@ -4,7 +4,8 @@
 session under ``panel serve``; a notebook cell calls it once). Data comes
 from the process-wide :mod:`slimgraph.dashboard.clusters` manager: embedded
 LocalClusters (stock and slim), or the scheduler named by
-``SLIMGRAPH_SCHEDULER``; the views are :mod:`slimgraph.views`'.
+``SLIMGRAPH_SCHEDULER``, each read through its feed. The figures and the refresher
+are :mod:`slimgraph.views`; this module adds the launcher and the layout.
 """
 from __future__ import annotations
 

@@ -687,3 +687,42 @@ def test_local_and_remote_feeds_read_the_same():
     assert lt.ntasks == rt.ntasks == lr[0]["tasks"]
     assert lt.bytes_of("TaskState") == rt.bytes_of("TaskState")
     assert abs(lt.total_bytes - rt.total_bytes) <= 0.05 * lt.total_bytes
+
+
+def test_local_feed_reads_records_and_status_while_the_loop_is_busy():
+    """A scheduler loop blocked (as by a long stock ingestion) does not hold
+    up the records and the status; the walks wait for the loop."""
+    import threading
+
+    from distributed import LocalCluster
+
+    from slimgraph.instrument.feed import LocalFeed
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as lc:
+        feed = LocalFeed(lc.scheduler)
+        assert feed.sync(feed.install, timeout=30) == "phases"
+        with Client(lc, set_as_default=False) as c:
+            fut = c.submit(inc, 1, key="x")  # held: no workers, it stays on the scheduler
+            _wait(lambda: feed.sync(feed.records, timeout=30), "the record")
+            release = threading.Event()
+            lc.loop.add_callback(release.wait, 10)  # blocks the scheduler's loop
+
+            async def read():
+                t0 = time.perf_counter()
+                recs, st = await feed.records(), await feed.status()
+                fast = time.perf_counter() - t0
+                walk = asyncio.ensure_future(feed.lazysets())
+                await asyncio.sleep(0.5)
+                waited = not walk.done()
+                release.set()
+                census = await walk
+                return recs, st, fast, waited, census
+
+            try:
+                recs, st, fast, waited, census = asyncio.run(read())
+            finally:
+                release.set()
+            del fut
+    assert len(recs) == 1 and st["tasks"] == 1 and st["kind"] == "stock"
+    assert fast < 1.0, fast
+    assert waited and census.ntasks == 1

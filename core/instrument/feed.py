@@ -35,7 +35,13 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from slimgraph.instrument.lazysets import Census
 from slimgraph.instrument.memory import MemoryTree
-from slimgraph.instrument.recorder import HANDLER_PREFIX, SlimgraphExtension, get_extension, scheduler_kind
+from slimgraph.instrument.recorder import (
+    EXTENSION_NAME,
+    HANDLER_PREFIX,
+    SlimgraphExtension,
+    get_extension,
+    scheduler_kind,
+)
 from slimgraph.phases import PhaseRecord, SubmissionRecord
 
 T = TypeVar("T")
@@ -165,13 +171,27 @@ class Feed:
 
 
 class LocalFeed(Feed):
-    """A scheduler object in this process, read on its own event loop."""
+    """A scheduler object in this process, read on its own event loop.
+
+    Except :data:`OFF_LOOP`: handlers that read only thread-safe state (the
+    History, behind its lock; counters copied in single C-level steps) run
+    in the caller's thread once the extension exists, so a scheduler loop
+    busy with a long ingestion (stock blocks it for a minute at 1M tasks)
+    does not hold up a dashboard's new bars and RSS line.
+    """
 
     remote = False
+    OFF_LOOP = frozenset({"records", "status"})
 
     def __init__(self, scheduler: Any, kind: str | None = None):
         super().__init__(kind or scheduler_kind(scheduler))
         self.scheduler = scheduler
+
+    async def call(self, name: str, **kwargs: Any) -> Any:
+        ext = self.scheduler.extensions.get(EXTENSION_NAME)
+        if name in self.OFF_LOOP and ext is not None:
+            return getattr(ext, name)(**kwargs)
+        return await super().call(name, **kwargs)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

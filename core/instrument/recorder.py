@@ -182,8 +182,10 @@ class SlimgraphExtension:
         """
         s = self.scheduler
         states: dict[str, int] = {}
+        # list(...) copies in one C-level step: safe from another thread too
+        # (LocalFeed reads the status off the scheduler's loop)
         for tg in list(getattr(s, "task_groups", {}).values()):
-            for state, n in tg.states.items():
+            for state, n in list(tg.states.items()):
                 if n:
                     states[state] = states.get(state, 0) + n
         latest = self.history.latest()
