@@ -31,7 +31,7 @@ def run(payload: str, hooks: bool) -> float:
 
 def main() -> None:
     from slimgraph.bench import payload as pm
-    from slimgraph.bench.workloads import WORKLOADS
+    from slimgraph.workloads import WORKLOADS
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="array")

@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Gaps:
@@ -57,7 +54,7 @@ class Gaps:
 async def main(tasks: int, kind: str) -> None:
     from distributed import Client, Scheduler
 
-    from slimgraph.bench.workloads import array
+    from slimgraph.workloads import array
     from slimgraph.distributed import SlimScheduler
     from slimgraph.instrument import stock as stock_hooks
     from slimgraph.instrument.lazysets import census_async
@@ -98,17 +95,18 @@ async def main(tasks: int, kind: str) -> None:
 
             from bokeh.document import Document
 
-            import slimgraph.dashboard_tab as dt
+            from slimgraph.instrument.feed import LocalFeed
+            from slimgraph.views.figures import Views
+            from slimgraph.views.refresher import Refresher
 
-            views = dt.Views(kinds=(kind,))
+            views = Views(kinds=(kind,))
             doc = Document()
             doc.add_root(views.layout())
-            r = dt.Refresher(views, {kind: dt.LocalFeed(s)}, doc, post=lambda f: f())
+            r = Refresher(views, {kind: LocalFeed(s)}, doc, post=lambda f: f())
             g = Gaps().start()
-            await r._fast()
-            point, attrs = dt.lazy_summary(await r.feeds[kind].census_rows())
-            r._set_lazy(kind, point, attrs)
-            r._set_tree(kind, dt.icicle(await r.feeds[kind].memory_rows()))
+            await r.refresh_fast()
+            await r.refresh_lazy(kind)
+            await r.refresh_memory(kind)
             print(f"dashboard refresh (records, census, memory): longest block {await g.stop() * 1e3:.1f} ms")
 
             g = Gaps().start()

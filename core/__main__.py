@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     elif cmd == "profile":
         from slimgraph.profile import main as run
     elif cmd == "dashboard":
-        from slimgraph.dashboard_tab import launch as run
+        from slimgraph.dashboard.launch import main as run
     else:
         print(USAGE, file=sys.stderr)
         raise SystemExit(f"unknown command {cmd!r}")

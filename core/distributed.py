@@ -149,12 +149,9 @@ def make_slim(scheduler: Scheduler) -> SlimScheduler:
 def dask_setup(scheduler: Scheduler) -> None:
     """Preload hook: ``dask scheduler --preload slimgraph.distributed``."""
     make_slim(scheduler)
-    try:
-        from slimgraph.dashboard_tab import register
+    from slimgraph.views.tab import setup
 
-        register()
-    except ImportError:  # pragma: no cover - dashboard extras not installed
-        pass
+    setup(scheduler)  # the slimgraph_* handlers, and the "slimgraph" dashboard tab
 
 
 def _slim_local_cluster_class():
@@ -177,14 +174,3 @@ SlimLocalCluster = _slim_local_cluster_class()
 def local_cluster(**kwargs: Any):
     """``LocalCluster(**kwargs)`` with a SlimScheduler."""
     return SlimLocalCluster(**kwargs)
-
-
-# Preload modules are imported before the scheduler builds its dashboard:
-# registering here (not in dask_setup) puts the Slimgraph tab and its
-# individual-* pages into that dashboard. Plain Bokeh: panel is not imported.
-try:
-    from slimgraph.dashboard_tab import register as _register_tab
-except ImportError:  # pragma: no cover - dashboard extras not installed
-    pass
-else:
-    _register_tab()

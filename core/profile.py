@@ -40,7 +40,7 @@ def phase_table(rec: Any) -> str:
 async def profile(workload: str, tasks: int, kind: str, sample: Any = "auto") -> tuple[Any, Any]:
     from distributed import Client, Scheduler
 
-    from slimgraph.bench.workloads import WORKLOADS
+    from slimgraph.workloads import WORKLOADS
     from slimgraph.distributed import SlimScheduler
     from slimgraph.instrument import stock as stock_hooks
     from slimgraph.instrument.memory import memory_tree_async

@@ -2,9 +2,10 @@
 
 ``build()`` makes one session's app (``main.py`` calls it per browser
 session under ``panel serve``; a notebook cell calls it once). Data comes
-from the process-wide :mod:`dashboard.clusters` manager: embedded
+from the process-wide :mod:`slimgraph.dashboard.clusters` manager: embedded
 LocalClusters (stock and slim), or the scheduler named by
-``SLIMGRAPH_SCHEDULER``.
+``SLIMGRAPH_SCHEDULER``, each read through its feed. The figures and the refresher
+are :mod:`slimgraph.views`; this module adds the launcher and the layout.
 """
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ import distributed  # noqa: F401
 import pandas  # noqa: F401
 import panel as pn
 
-from slimgraph import dashboard_tab as dt
-
-from . import clusters, workloads
-from .jobs import Job
+from slimgraph import workloads
+from slimgraph.dashboard import clusters
+from slimgraph.dashboard.jobs import Job
+from slimgraph.views.figures import Views
+from slimgraph.views.refresher import Refresher
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +65,12 @@ class App:
         elif start_clusters:
             self.mgr.start_in_background()
         kinds = self.mgr.kinds()
-        self.views = dt.Views(kinds=kinds, width=520)
+        self.views = Views(kinds=kinds, width=520)
         if not self.mgr.remote:
             self.views.rss_fig.title.text = "app process RSS (the embedded schedulers run in it)"
         self.doc = pn.state.curdoc
         post = self._notebook_apply if notebook else None
-        self.refresher = dt.Refresher(self.views, {}, self.doc, post=post)
+        self.refresher = Refresher(self.views, {}, self.doc, post=post)
         self._shown_job: tuple[int, str] | None = None
         self._build_widgets()
         self.layout = self._layout()
@@ -79,7 +81,11 @@ class App:
         kind_options = ["stock", "slim", "both"]
         slim_ok = self.mgr.available("slim")
         self.workload = pn.widgets.Select(label="Workload", options=list(workloads.WORKLOADS), value="array")
-        self.size = pn.widgets.Select(label="Size (tasks, about)", options=list(workloads.SIZES), value="10k")
+        # any positive task count; the presets only fill it in
+        self.size = pn.widgets.Select(label="Size preset", options=list(workloads.SIZES), value="10k")
+        self.tasks = pn.widgets.IntInput(label="Tasks (about; any positive number)",
+                                         value=workloads.SIZES["10k"], start=1, step=1000)
+        self.size.param.watch(self._on_preset, "value")
         self.kind = pn.widgets.RadioButtonGroup(
             label="Scheduler", options=kind_options, value="stock", visible=not remote,
         )  # fmt: skip
@@ -110,6 +116,7 @@ class App:
             self.mode_note,
             self.workload,
             self.size,
+            self.tasks,
             self.kind,
             self.lazy,
             self.memray,
@@ -135,6 +142,9 @@ class App:
         )
 
     # -- callbacks ------------------------------------------------------------
+    def _on_preset(self, event) -> None:
+        self.tasks.value = workloads.SIZES[event.new]
+
     def _on_submit(self, event=None) -> Job | None:
         global _current_job
         job = _current_job
@@ -149,8 +159,12 @@ class App:
         if not kinds:
             self.job_status.object = "<b>slim: not available</b> in this checkout."
             return None
-        job = Job(self.mgr, self.workload.value, self.size.value, kinds,
-                  lazy=self.lazy.value, memray=self.memray.value)  # fmt: skip
+        try:
+            job = Job(self.mgr, self.workload.value, self.tasks.value, kinds,
+                      lazy=self.lazy.value, memray=self.memray.value)  # fmt: skip
+        except ValueError as e:
+            self.job_status.object = f"<b>Cannot submit</b>: {e}"
+            return None
         _current_job = job.start()
         self._render_job()
         return job
@@ -190,7 +204,7 @@ class App:
         self.progress.active = running and job.phase == "submitting"
         done, total = job.progress
         self.progress.value = int(100 * done / total) if total else (100 if job.phase == "done" else 0)
-        text = (f"<b>job {job.id}</b> ({job.workload}, {job.size}, "
+        text = (f"<b>job {job.id}</b> ({job.workload}, {job.tasks:,} tasks, "
                 f"{'+'.join(job.kinds)}, lazy {'on' if job.lazy else 'off'}): "
                 f"<span class='sg-phase'>{job.phase}</span><br><small>{job.message}</small>")  # fmt: skip
         if self.job_status.object != text:

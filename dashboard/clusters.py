@@ -4,13 +4,18 @@ Embedded (default): one LocalCluster per scheduler kind, started on demand
 by the app, with ``processes=True`` workers (2 workers x 1 thread unless
 ``SLIMGRAPH_WORKERS``/``SLIMGRAPH_THREADS`` say otherwise). Each scheduler runs
 in this process, on the cluster's own event-loop thread, so the app reads its
-state directly (:class:`slimgraph.dashboard_tab.LocalFeed`) while its loop
-stays free of Panel's work.
+state directly (:class:`slimgraph.instrument.feed.LocalFeed`) while its loop
+stays free of Panel's work; each gets the slimgraph tab in its own dashboard
+(:func:`slimgraph.views.tab.add_pages`).
 
 Remote: when ``SLIMGRAPH_SCHEDULER`` names a scheduler address, the app
 connects one Client to it and reads everything through the client
-(:class:`slimgraph.dashboard_tab.ClientFeed`); its kind (stock/slim) is
-asked from the scheduler.
+(:class:`slimgraph.instrument.feed.RemoteFeed`), after installing the
+recorder there (:meth:`RemoteFeed.install`); its kind (stock/slim) is asked
+from the scheduler.
+
+Either way the app talks to a scheduler only through its entry's ``feed``
+(the ``slimgraph`` extension's handlers) and ``client`` (submissions).
 
 The manager lives in this module, so it survives the per-session re-runs
 of ``main.py`` under ``panel serve``.
@@ -23,9 +28,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from slimgraph import dashboard_tab as dt
-from slimgraph.dashboard_tab import remote_set_lazy as _set_lazy
-from slimgraph.dashboard_tab import remote_setup as _setup_scheduler
+from slimgraph.instrument.feed import Feed, LocalFeed, RemoteFeed
+from slimgraph.views.figures import KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -46,36 +50,12 @@ class Entry:
     kind: str
     cluster: Any = None
     client: Any = None
-    feed: Any = None
+    feed: Feed | None = None
     status: str = "not started"  # not started / starting / running / error / unavailable
     error: str = ""
     dashboard_link: str = ""
     address: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def call(self, fn, *args, timeout: float = 60):
-        """``fn(*args, dask_scheduler=scheduler)`` on the scheduler's loop.
-
-        Embedded: directly on the in-process scheduler's loop thread (no
-        message, no log line). Remote: ``client.run_on_scheduler``.
-        """
-        if self.cluster is not None and getattr(self.cluster, "scheduler", None) is not None:
-            import asyncio
-
-            scheduler = self.cluster.scheduler
-
-            async def run():
-                out = fn(*args, dask_scheduler=scheduler)
-                if asyncio.iscoroutine(out):
-                    out = await out
-                return out
-
-            fut = asyncio.run_coroutine_threadsafe(run(), scheduler.loop.asyncio_loop)
-            return fut.result(timeout)
-        name = dt.rpc_name(fn)
-        if name is not None and not args:
-            return dt.client_rpc(self.client, name)  # registered by remote_setup
-        return self.client.run_on_scheduler(fn, *args)
 
 
 class ClusterManager:
@@ -89,7 +69,7 @@ class ClusterManager:
         if self.address:
             self.entries["remote"] = Entry("remote")
         else:
-            for kind in dt.KINDS:
+            for kind in KINDS:
                 self.entries[kind] = Entry(kind)
             cls, why = slim_scheduler_class()
             if cls is None:
@@ -105,7 +85,7 @@ class ClusterManager:
         if self.remote:
             e = self.entries["remote"]
             return (e.kind if e.kind != "remote" else "stock",)
-        return dt.KINDS
+        return KINDS
 
     def available(self, kind: str) -> bool:
         e = self.entries.get(kind)
@@ -115,10 +95,6 @@ class ClusterManager:
     def _start_local(self, e: Entry) -> None:
         from distributed import Client, LocalCluster
 
-        # The embedded schedulers get slimgraph's tab too, and - since this
-        # process has imported panel - dask's own tabs need the stock bokeh
-        # handlers that register() restores around the dashboard build.
-        dt.register()
         common = dict(
             n_workers=self.n_workers,
             threads_per_worker=self.threads_per_worker,
@@ -132,13 +108,17 @@ class ClusterManager:
             if cls is None:
                 e.status, e.error = "unavailable", why
                 return
-            cluster = _slim_cluster(cls, **common)
+            from slimgraph.distributed import SlimLocalCluster
+
+            cluster = SlimLocalCluster(**common)
         else:
             cluster = LocalCluster(**common)
         client = Client(cluster, set_as_default=False)
         e.cluster, e.client = cluster, client
-        e.call(_setup_scheduler)
-        e.feed = dt.LocalFeed(cluster.scheduler, e.kind)
+        feed = LocalFeed(cluster.scheduler, e.kind)
+        feed.sync(feed.install, timeout=60)  # stock: record its phases
+        feed.sync(_add_pages, cluster.scheduler, timeout=60)
+        e.feed = feed
         e.address = cluster.scheduler_address
         port = cluster.scheduler.http_server.port
         e.dashboard_link = f"http://127.0.0.1:{port}/status"
@@ -147,10 +127,12 @@ class ClusterManager:
         from distributed import Client
 
         client = Client(self.address, set_as_default=False, timeout="10s")
-        info = client.run_on_scheduler(_setup_scheduler)
-        e.kind = info["kind"]
+        feed = RemoteFeed(client)
+        # the app records what it shows: a stock scheduler's phases too
+        feed.sync(feed.install, timeout=60)
+        e.kind = feed.sync(feed.status, timeout=60)["kind"]
         e.client = client
-        e.feed = dt.ClientFeed(client, e.kind)
+        e.feed = feed
         e.address = self.address
         e.dashboard_link = client.dashboard_link or ""
 
@@ -184,8 +166,9 @@ class ClusterManager:
         t.start()
         return t
 
-    def set_lazy(self, e: Entry, flag: bool) -> Any:
-        return e.call(_set_lazy, flag)
+    def set_lazy(self, e: Entry, flag: bool) -> bool:
+        """``slimgraph.lazy-containers`` for the next submissions to ``e``."""
+        return e.feed.sync(e.feed.set_lazy, flag, timeout=60)
 
     def close(self) -> None:
         for e in self.entries.values():
@@ -200,41 +183,11 @@ class ClusterManager:
                 e.status = "not started"
 
 
-def _slim_cluster(scheduler_cls, *, n_workers, threads_per_worker, processes, host,
-                  dashboard_address, silence_logs):
-    """A LocalCluster-like SpecCluster whose scheduler is ``scheduler_cls``."""
-    try:
-        from slimgraph.distributed import SlimLocalCluster  # type: ignore
-    except Exception:  # noqa: BLE001
-        SlimLocalCluster = None
-    if SlimLocalCluster is not None:
-        return SlimLocalCluster(
-            n_workers=n_workers, threads_per_worker=threads_per_worker, processes=processes,
-            host=host, dashboard_address=dashboard_address, silence_logs=silence_logs,
-        )  # fmt: skip
-    from distributed import Nanny, SpecCluster
-    from distributed.system import MEMORY_LIMIT
+async def _add_pages(scheduler) -> bool:
+    """The slimgraph tab in an embedded scheduler's dashboard (on its loop)."""
+    from slimgraph.views.tab import add_pages
 
-    worker = {
-        "cls": Nanny,
-        "options": {
-            "nthreads": threads_per_worker,
-            "host": host,
-            "memory_limit": max(MEMORY_LIMIT // max(n_workers, 1), 2**28),
-            "silence_logs": silence_logs,
-        },
-    }
-    scheduler = {
-        "cls": scheduler_cls,
-        "options": {"host": host, "dashboard_address": dashboard_address},
-    }
-    return SpecCluster(
-        workers={i: worker for i in range(n_workers)},
-        scheduler=scheduler,
-        worker=worker,
-        silence_logs=silence_logs,
-        name="slimgraph-slim",
-    )
+    return add_pages(scheduler)
 
 
 _manager: ClusterManager | None = None

@@ -1,8 +1,11 @@
 """A submission from the launcher: one workload, to one or both schedulers.
 
 A :class:`Job` runs in a thread of its own (never on Panel's loop, never on
-a scheduler's loop). It talks to each scheduler only through its Client, so
-the same code drives embedded LocalClusters and a remote scheduler. With
+a scheduler's loop). It talks to each scheduler only through its entry's
+Client (the submission) and feed (records, progress, memray: the
+``slimgraph`` extension's handlers), so the same code drives embedded
+LocalClusters and a remote scheduler. The graph is
+:mod:`slimgraph.workloads`'s, of any positive size. With
 "both" the kinds run one after the other (stock, then slim) so their
 update_graph timings do not compete for the GIL of this process.
 
@@ -17,14 +20,7 @@ import threading
 import time
 from typing import Any
 
-from slimgraph.dashboard_tab import (
-    remote_latest_record as _latest_record,
-    remote_memray_arm as _memray_arm,
-    remote_memray_result as _memray_result,
-    remote_progress as _progress,
-)
-
-from . import workloads
+from slimgraph import workloads
 
 logger = logging.getLogger(__name__)
 _ids = itertools.count(1)
@@ -33,19 +29,25 @@ _ids = itertools.count(1)
 DONE_STATES = ("memory", "released", "forgotten", "erred")
 
 
-def progress_fraction(counts: dict) -> tuple[int, int]:
-    total = int(counts.get("total", 0))
-    done = sum(int(counts.get(s, 0)) for s in DONE_STATES)
+def progress_fraction(states: dict) -> tuple[int, int]:
+    """(done, total) from a scheduler status' task counts by state."""
+    total = sum(int(n) for n in states.values())
+    done = sum(int(states.get(s, 0)) for s in DONE_STATES)
     return min(done, total), total
 
 
 class Job:
-    def __init__(self, manager, workload: str, size: str, kinds: tuple[str, ...],
+    def __init__(self, manager, workload: str, tasks: int, kinds: tuple[str, ...],
                  lazy: bool = True, memray: bool = False):  # fmt: skip
+        if workload not in workloads.WORKLOADS:
+            raise ValueError(f"unknown workload {workload!r}; choose one of "
+                             f"{', '.join(workloads.WORKLOADS)}")  # fmt: skip
+        workloads.validate_tasks(tasks)
         self.id = next(_ids)
         self.manager = manager
         self.workload = workload
-        self.size = size
+        #: the requested size (about that many tasks, see slimgraph.workloads)
+        self.tasks = int(tasks)
         self.kinds = tuple(kinds)
         self.lazy = lazy
         self.memray = memray
@@ -63,6 +65,10 @@ class Job:
         self._future: Any = None
         self._client: Any = None
         self._thread = threading.Thread(target=self._run, name=f"slimgraph-job-{self.id}", daemon=True)
+
+    def build(self) -> Any:
+        """The collection this job submits (built once per scheduler kind)."""
+        return workloads.build(self.workload, self.tasks)
 
     @property
     def running(self) -> bool:
@@ -117,17 +123,17 @@ class Job:
             self.results[kind] = {"error": e.error or e.status}
             return
         c = self._client = e.client
+        feed = e.feed
         self.manager.set_lazy(e, self.lazy)
-        last = e.call(_latest_record)
-        last_id = last["submission_id"] if last else 0
+        last_id = feed.sync(feed.status, timeout=60)["latest"]
         memray_path = None
         if self.memray:
             try:
-                memray_path = e.call(_memray_arm, None)
+                memray_path = feed.sync(feed.memray_arm, timeout=60)
             except Exception as ex:  # noqa: BLE001
                 self.memray_errors[kind] = f"{type(ex).__name__}: {ex}"
         self.phase, self.message = "submitting", f"{kind}: building the {self.workload} graph"
-        obj = workloads.build(self.workload, self.size)
+        obj = self.build()
         t0 = time.perf_counter()
         self.message = f"{kind}: submitted, update_graph running"
         fut = c.compute(obj)
@@ -136,22 +142,23 @@ class Job:
         rec = None
         while not self._cancel.is_set():
             try:
-                rec = e.call(_latest_record, timeout=0.5)
+                recs = feed.sync(feed.records, last_id, timeout=0.5)
             except TimeoutError:  # the loop is busy: update_graph holds it
-                rec = None
-            if rec and rec["submission_id"] > last_id:
+                recs = []
+            if recs:
+                rec = recs[-1]
                 break
             if fut.done() and time.perf_counter() - t0 > 10:
                 break  # no record came (a scheduler that does not record?)
             self.message = f"{kind}: update_graph running ({time.perf_counter() - t0:.1f} s)"
             time.sleep(0.2)
-        if rec and rec["submission_id"] > last_id:
-            res.update(update_graph_s=rec["total_s"], tasks=rec["tasks"], record=rec["submission_id"])
+        if rec is not None:
+            res.update(update_graph_s=rec.total_s, tasks=rec.tasks, record=rec.submission_id)
         self.phase = "computing"
         t1 = time.perf_counter()
         while not fut.done() and not self._cancel.is_set():
             try:
-                self.progress = progress_fraction(e.call(_progress, timeout=2))
+                self.progress = progress_fraction(feed.sync(feed.status, timeout=2)["states"])
             except Exception:  # noqa: BLE001  (a busy loop: keep the last value)
                 pass
             done, total = self.progress
@@ -175,21 +182,24 @@ class Job:
         self._future = None
         self.results[kind] = res
         if memray_path is not None:
-            self._collect_memray(e, kind, memray_path)
+            self._collect_memray(feed, kind, memray_path)
 
-    def _collect_memray(self, e, kind: str, path: str) -> None:
+    def _collect_memray(self, feed, kind: str, path: str) -> None:
+        """The flamegraph of the capture at ``path``, once it has finished
+        (rendering it takes seconds, in a thread on the scheduler side)."""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                out = e.call(_memray_result, path)
+                done = feed.sync(feed.memray_results, 10, False, path, timeout=60)
+                html = feed.sync(feed.memray_flamegraph, path, timeout=120) if done else None
             except Exception as ex:  # noqa: BLE001
                 self.memray_errors[kind] = f"{type(ex).__name__}: {ex}"
                 return
-            if out is not None:
-                if out.get("html"):
-                    self.flamegraphs[kind] = out["html"]
+            if done:
+                if html:
+                    self.flamegraphs[kind] = html
                 else:
-                    self.memray_errors[kind] = out.get("error") or "the capture produced no flamegraph"
+                    self.memray_errors[kind] = done[0]["error"] or "the capture produced no flamegraph"
                 return
             time.sleep(0.5)
         self.memray_errors[kind] = "the capture did not finish within 60 s"

@@ -1,11 +1,10 @@
 """``slimgraph dashboard``: serve the app on port 5006 with embedded clusters.
 
-``main()`` is what the CLI calls (``python -m slimgraph dashboard``; from the
-installed package use :func:`slimgraph.dashboard_tab.launch`, which puts this
-checkout's ``dashboard`` on ``sys.path`` first). It is ``panel serve
-dashboard`` run in this process: the app is served at ``/dashboard``, the
-stock and slim LocalClusters start in the background right away (so the
-first submission does not wait for them), and Ctrl-C closes them.
+``main()`` is what the CLI calls (``slimgraph dashboard``, ``python -m
+slimgraph dashboard``). It is ``panel serve`` of the app run in this
+process: the app is served at ``/dashboard``, the stock and slim
+LocalClusters start in the background right away (so the first submission
+does not wait for them), and Ctrl-C closes them.
 """
 from __future__ import annotations
 
@@ -13,10 +12,6 @@ import argparse
 import logging
 import os
 import sys
-
-_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _root not in sys.path:
-    sys.path.insert(0, _root)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -43,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import panel as pn
 
-    from dashboard import clusters
-    from dashboard.app import build
+    from slimgraph.dashboard import clusters
+    from slimgraph.dashboard.app import build
 
     pn.extension()
     mgr = clusters.manager()

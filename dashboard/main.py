@@ -1,14 +1,12 @@
-"""``panel serve dashboard``: the slimgraph dashboard (one app per session)."""
-import os
-import sys
+"""``panel serve``: the slimgraph dashboard (one app per browser session).
 
-_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _root not in sys.path:  # so ``dashboard`` imports as a package
-    sys.path.insert(0, _root)
+Served from a checkout (``panel serve dashboard``) or from the installed
+package's directory; either way the app is the installed package
+``slimgraph.dashboard``.
+"""
+import panel as pn
 
-import panel as pn  # noqa: E402
-
-from dashboard.app import build  # noqa: E402
+from slimgraph.dashboard.app import build
 
 pn.extension()
 build().servable(title="slimgraph dashboard")

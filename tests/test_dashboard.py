@@ -1,73 +1,141 @@
-"""The dashboard's data path, without a browser.
+"""The dashboard's data path and the scheduler tab, without a browser.
 
-Real schedulers (in process), real instruments; the Bokeh sources are read
-directly. Browser tests are in ``test_dashboard_browser.py``.
+Real schedulers (in process, and ``dask scheduler`` subprocesses), real
+instruments; the Bokeh sources are read directly. Browser tests are in
+``test_dashboard_browser.py``.
 """
 from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import math
+import subprocess
 import sys
+import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from subprocs import dask_scheduler, get
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # the checkout's dashboard/ package
-    sys.path.insert(0, str(ROOT))
+from slimgraph.instrument.feed import LocalFeed
+from slimgraph.instrument.lazysets import AttrCensus, Census
+from slimgraph.instrument.recorder import get_extension, get_history
+from slimgraph.instrument.records import PHASES, PhaseRecord, SubmissionRecord
+from slimgraph.views import tab, transforms
+from slimgraph.views.figures import PHASE_COLORS, Views
+from slimgraph.views.refresher import Refresher
 
-from slimgraph import dashboard_tab as dt
-from slimgraph.instrument.records import PHASES
+OUR_PAGES = {"/individual-slimgraph-timing", "/individual-slimgraph-memory",
+             "/individual-slimgraph-lazy-sets"}  # fmt: skip
 
 
-def test_importing_dashboard_tab_does_not_import_panel():
-    import subprocess
+def _run(code: str, env: dict | None = None, timeout: float = 120) -> dict:
+    """Run ``code`` in a fresh interpreter (outside the checkout); its last
+    output line is JSON."""
+    import os
 
-    code = (
-        "import sys, slimgraph.dashboard_tab as t; t.register(); "
-        "print('panel' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    e = dict(os.environ, **(env or {}))
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=timeout, env=e, cwd="/")  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_views_do_not_import_panel():
+    """Everything the scheduler tab needs is plain Bokeh: no Panel in a
+    scheduler process, even once its pages are served."""
+    out = _run("""
+        import asyncio, json, sys
+        from distributed import Scheduler
+        import slimgraph.views.figures, slimgraph.views.refresher, slimgraph.views.tab
+        import slimgraph.views.transforms, slimgraph.views.notebook, slimgraph.views.serverproxy
+        from slimgraph.views.figures import Views
+
+        async def main():
+            async with Scheduler(dashboard_address="127.0.0.1:0", host="127.0.0.1",
+                                 preload=["slimgraph.distributed"]) as s:
+                Views().layout()
+                from slimgraph.views.tab import has_pages
+                return has_pages(s)
+
+        pages = asyncio.run(main())
+        print(json.dumps({"pages": pages, "panel": "panel" in sys.modules}))
+    """)
+    assert out == {"pages": True, "panel": False}
+
+
+def test_importing_slimgraph_has_no_side_effects():
+    """``import slimgraph.distributed`` (e.g. for SlimLocalCluster) changes
+    nothing in distributed or bokeh; a scheduler started without the preload
+    gets no slimgraph pages, handlers or extension."""
+    out = _run("""
+        import asyncio, json, sys
+        import bokeh.server.urls as urls
+        import distributed
+        import distributed.dashboard.scheduler as ds
+        before = (sorted(ds.applications), ds.template_variables, ds.connect,
+                  list(urls.per_app_patterns), dict(distributed.Scheduler.__dict__))
+
+        import slimgraph, slimgraph.distributed, slimgraph.instrument.client
+        import slimgraph.views.tab, slimgraph.dashboard, slimgraph.workloads
+        from slimgraph.distributed import SlimLocalCluster  # noqa: F401
+        after = (sorted(ds.applications), ds.template_variables, ds.connect,
+                 list(urls.per_app_patterns), dict(distributed.Scheduler.__dict__))
+        out = {"unchanged": [a == b for a, b in zip(before, after)]}
+
+        async def main():
+            async with distributed.Scheduler(dashboard_address="127.0.0.1:0",
+                                             host="127.0.0.1") as s:
+                out["pages"] = slimgraph.views.tab.has_pages(s)
+                out["navbar"] = "slimgraph" in ds.template_variables(s)["pages"]
+                out["handlers"] = sorted(h for h in s.handlers if "slimgraph" in h)
+                out["extension"] = "slimgraph" in s.extensions
+                out["class"] = type(s).__qualname__
+
+        asyncio.run(main())
+        out["panel"] = "panel" in sys.modules
+        print(json.dumps(out))
+    """)
+    assert out == {"unchanged": [True] * 5, "pages": False, "navbar": False, "handlers": [],
+                   "extension": False, "class": "Scheduler", "panel": False}
 
 
 def test_stack_order_and_colours_are_fixed():
-    assert dt.STACK[: len(PHASES)] == PHASES
-    assert dt.STACK[-1] == "other"
-    colours = [dt.PHASE_COLORS[p] for p in dt.STACK]
+    assert transforms.STACK[: len(PHASES)] == PHASES
+    assert transforms.STACK[-1] == "other"
+    colours = [PHASE_COLORS[p] for p in transforms.STACK]
     assert len(set(colours)) == len(colours)
 
 
 def test_timing_row_seconds_and_us_per_task():
-    rec = {
-        "submission_id": 7,
-        "tasks": 2000,
-        "total_s": 0.5,
-        "status": "OK",
-        "phases": [{"name": "order", "wall_s": 0.2}, {"name": "other", "wall_s": 0.1}],
-    }
-    row = dt.timing_row(rec, 3)
+    rec = SubmissionRecord(
+        scheduler="stock",
+        submission_id=7,
+        tasks=2000,
+        total_s=0.5,
+        status="OK",
+        phases=[PhaseRecord("order", wall_s=0.2), PhaseRecord("other", wall_s=0.1)],
+    )
+    row = transforms.timing_row(rec, 3)
     assert row["x"] == 3 and row["submission_id"] == 7
     assert row["order"] == pytest.approx(0.2)
     assert row["order_us"] == pytest.approx(100.0)
     assert row["other_us"] == pytest.approx(50.0)
     assert row["cull"] == 0.0
     assert row["us_per_task"] == pytest.approx(250.0)
-    assert set(dt.empty_timing()) == set(row)
+    assert set(transforms.empty_timing()) == set(row)
 
 
 def test_icicle_children_nest_inside_parents():
     rows = [
-        {"path": "state", "parent": float("nan"), "name": "state", "bytes": 1000, "count": 1, "bytes_per_task": 10},
+        {"path": "state", "parent": None, "name": "state", "bytes": 1000, "count": 1, "bytes_per_task": 10},
         {"path": "state/a", "parent": "state", "name": "a", "bytes": 600, "count": 1, "bytes_per_task": 6},
         {"path": "state/b", "parent": "state", "name": "b", "bytes": 300, "count": 1, "bytes_per_task": 3},
         {"path": "state/a/x", "parent": "state/a", "name": "x", "bytes": 300, "count": 5, "bytes_per_task": 3},
         {"path": "state/tiny", "parent": "state", "name": "tiny", "bytes": 1, "count": 1, "bytes_per_task": 0},
     ]
-    out = dt.icicle(rows)
+    out = transforms.icicle(rows)
     by = {p: i for i, p in enumerate(out["path"])}
     assert "state/tiny" not in by  # narrower than min_fraction
     span = lambda p: (out["x0"][by[p]], out["x1"][by[p]])  # noqa: E731
@@ -79,44 +147,77 @@ def test_icicle_children_nest_inside_parents():
     assert out["bytes_h"][by["state"]] == "1000 B"
 
 
+def test_tree_rows_are_the_memory_trees_frame():
+    """The pandas-free rows equal ``MemoryTree.to_frame()``."""
+    from slimgraph.instrument.memory import MemoryTree, Node
+
+    root = Node("state", "state", bytes=10, count=1)
+    a = root.child("a")
+    a.bytes, a.count = 600, 2
+    x = a.child("x", per_task=True)
+    x.bytes, x.count = 300, 5
+    tree = MemoryTree(root, ntasks=4)
+    frame = tree.to_frame().to_dict(orient="records")
+    frame[0]["parent"] = None  # pandas' missing value
+    assert transforms.tree_rows(tree) == frame
+
+
 def test_lazy_summary_from_a_census():
-    rows = [
-        {"attr": "dependencies", "tasks": 10, "none": 4, "singleton": 1, "allocated": 5,
-         "empty_allocated": 1, "shared": 2, "held_bytes": 1080, "eager_bytes": 2160, "saved_bytes": 1080},
-        {"attr": "waiters", "tasks": 10, "none": 10, "singleton": 0, "allocated": 0,
-         "empty_allocated": 0, "shared": 0, "held_bytes": 0, "eager_bytes": 2160, "saved_bytes": 2160},
-    ]  # fmt: skip
-    point, attrs = dt.lazy_summary(dt._census_rows(rows))
+    census = Census(time=0.0, ntasks=10, attrs={
+        "dependencies": AttrCensus("dependencies", tasks=10, none=4, singleton=1, allocated=5,
+                                   empty_allocated=1, shared=2, held_bytes=1080, eager_bytes=2160),
+        "waiters": AttrCensus("waiters", tasks=10, none=10, singleton=0, allocated=0,
+                              empty_allocated=0, shared=0, held_bytes=0, eager_bytes=2160),
+    })  # fmt: skip
+    point, attrs = transforms.lazy_summary(census)
     assert attrs["attribute"] == ["dependencies", "waiters"]
     assert attrs["not_allocated"] == [5.0, 10.0]
     assert point["saved_mb"] == pytest.approx(3240 / 2**20)
     assert point["allocated"] == 5
+    # the census' own wire format round-trips
+    assert Census.from_records(census.to_records()).attrs == census.attrs
 
 
-@pytest.fixture
-def registered():
-    """register() for one test; undone after, for the rest of the suite."""
-    dt.register()
-    yield
-    dt.unregister()
-
-
-def test_register_is_idempotent_and_adds_tab(registered):
+def test_add_pages_is_explicit_idempotent_and_per_scheduler():
+    """Pages for one scheduler, added by a call (twice: no change), listed in
+    its /individual-plots.json; nothing global changes, so a scheduler
+    started afterwards in the same process has none."""
     import distributed.dashboard.scheduler as ds
+    from distributed import Scheduler
+    from tornado.httpclient import AsyncHTTPClient
 
-    dt.register()
-    apps, tv, connect = dict(ds.applications), ds.template_variables, ds.connect
-    dt.register()
-    assert dict(ds.applications) == apps
-    assert ds.template_variables is tv and ds.connect is connect
-    assert "/slimgraph" in ds.applications
-    for path in dt.INDIVIDUAL:
-        assert path in ds.applications and path.startswith("/individual-")
-    assert dt.registered()
-    dt.unregister()
-    assert "/slimgraph" not in ds.applications and not dt.registered()
-    assert not getattr(ds.connect, "_slimgraph", False)
-    assert not getattr(ds.template_variables, "_slimgraph", False)
+    async def fetch(s, path):
+        r = await AsyncHTTPClient().fetch(f"http://127.0.0.1:{s.http_server.port}{path}",
+                                          raise_error=False)  # fmt: skip
+        return r.code, r.body
+
+    async def main():
+        apps_before = sorted(ds.applications)
+        async with Scheduler(dashboard_address="127.0.0.1:0", host="127.0.0.1") as s:
+            assert not tab.has_pages(s)
+            assert (await fetch(s, "/slimgraph"))[0] == 404
+            assert tab.add_pages(s) is True
+            n_apps = len(s.http_application.applications)
+            assert tab.add_pages(s) is False  # idempotent
+            assert len(s.http_application.applications) == n_apps
+            assert tab.has_pages(s)
+            code, body = await fetch(s, "/individual-plots.json")
+            listed = set(json.loads(body).values())
+            assert OUR_PAGES <= listed and "/individual-task-stream" in listed
+            for path in ("/slimgraph", *OUR_PAGES):
+                assert (await fetch(s, path))[0] == 200, path
+            code, body = await fetch(s, "/workers")  # dask's own page, with our tab
+            assert code == 200 and b'href="slimgraph"' in body
+            async with Scheduler(dashboard_address="127.0.0.1:0", host="127.0.0.1") as s2:
+                assert not tab.has_pages(s2)
+                assert "slimgraph" not in ds.template_variables(s2)["pages"]
+                assert (await fetch(s2, "/slimgraph"))[0] == 404
+            assert sorted(ds.applications) == apps_before
+        with pytest.raises(RuntimeError, match="event loop"):
+            async with Scheduler(dashboard_address="127.0.0.1:0", host="127.0.0.1") as s3:
+                await asyncio.to_thread(tab.add_pages, s3)
+
+    asyncio.run(main())
 
 
 async def _close(s) -> None:
@@ -134,12 +235,12 @@ async def _graph_on_scheduler(ntasks: int):
     from distributed import Client, Scheduler
 
     s = await Scheduler(dashboard_address=":0", host="127.0.0.1")
-    dt.ensure_recording(s)
+    get_extension(s).install()
     c = await Client(s.address, asynchronous=True)
     side = int(math.sqrt(ntasks / 3))
     x = (da.ones((side * 2, side * 2), chunks=2) + 1).sum()
     fut = c.compute(x)
-    hist = dt.get_history(s)
+    hist = get_history(s)
     while not len(hist):
         await asyncio.sleep(0.05)
     return s, c, fut
@@ -205,10 +306,10 @@ def _blocking(parts: tuple[str, ...], ntasks: int = 60_000):
         s, c, fut = await _graph_on_scheduler(ntasks)
         try:
             assert len(s.tasks) > 20_000
-            views = dt.Views(kinds=("stock",))
+            views = Views(kinds=("stock",))
             doc = Document()
             doc.add_root(views.layout())
-            r = dt.Refresher(views, {"stock": dt.LocalFeed(s)}, doc, post=lambda f: f())
+            r = Refresher(views, {"stock": LocalFeed(s)}, doc, post=lambda f: f())
             await asyncio.sleep(0.05)
             mon = LoopBlocks().start()
             await asyncio.sleep(0.01)
@@ -218,12 +319,11 @@ def _blocking(parts: tuple[str, ...], ntasks: int = 60_000):
             await asyncio.sleep(0.05)
             mon.start()
             if "fast" in parts:
-                await r._fast()
+                await r.refresh_fast()
             if "census" in parts:
-                point, attrs = dt.lazy_summary(await r.feeds["stock"].census_rows())
-                r._set_lazy("stock", point, attrs)
+                await r.refresh_lazy("stock")
             if "memory" in parts:
-                r._set_tree("stock", dt.icicle(await r.feeds["stock"].memory_rows()))
+                await r.refresh_memory("stock")
             await mon.stop()
             block = mon.max_cpu
             print(f"{parts}: sync walk blocked {sync_block * 1e3:.0f} ms; refresh blocked "
@@ -258,7 +358,7 @@ def test_refresh_memory_tree_does_not_block_the_loop():
     assert block < 0.05
 
 
-def test_scheduler_pages_render_with_data(registered):
+def test_scheduler_pages_render_with_data():
     """The /slimgraph doc function builds and streams on a live scheduler."""
     from bokeh.document import Document
 
@@ -266,7 +366,7 @@ def test_scheduler_pages_render_with_data(registered):
         s, c, fut = await _graph_on_scheduler(3_000)
         try:
             doc = Document()
-            dt.slimgraph_doc(s, {"prefix": "/", "pages": []}, doc)
+            tab.slimgraph_doc(s, {"prefix": "/", "pages": []}, doc)
             src = doc.get_model_by_name("sg-timing-stock")
             assert src is not None
             # run the page's own refresh once (its periodic callback would)
@@ -277,7 +377,9 @@ def test_scheduler_pages_render_with_data(registered):
                 if nxt is not cb:
                     nxt.callback()
             assert len(src.data["submission_id"]) == 1
-            assert "slimgraph" in dt._wrap_template_variables(lambda s: {"pages": ["status", "info"]})(s)["pages"]
+            tv = {"pages": ["status", "info"]}
+            tab._add_to_navbar(tv)
+            assert tv["pages"] == ["status", "slimgraph", "info"]
         finally:
             await c.close()
             await _close(s)
@@ -285,13 +387,10 @@ def test_scheduler_pages_render_with_data(registered):
     asyncio.run(main())
 
 
-def test_tab_added_late_and_by_the_slim_preload():
-    """``slimgraph.distributed``'s dask_setup registers after the dashboard
-    exists: the page must still be served (late path), on a slim scheduler."""
-    import subprocess
-    import textwrap
-
-    code = textwrap.dedent("""
+def test_tab_by_the_slim_preload_in_process():
+    """``Scheduler(preload=["slimgraph.distributed"])``: slim, the tab served
+    and listed, dask's pages with the tab in their navbar."""
+    out = _run("""
         import asyncio, json
         from distributed import Scheduler
         from tornado.httpclient import AsyncHTTPClient
@@ -306,31 +405,91 @@ def test_tab_added_late_and_by_the_slim_preload():
                 r = await http.fetch(f"http://127.0.0.1:{port}/slimgraph", raise_error=False)
                 out["code"] = r.code
                 from bokeh.document import Document
-                from slimgraph.dashboard_tab import slimgraph_doc
+                from slimgraph.views.tab import slimgraph_doc
                 doc = Document()
                 slimgraph_doc(s, {"prefix": "/"}, doc)
                 out["slim_source"] = doc.get_model_by_name("sg-timing-slim") is not None
                 r = await http.fetch(f"http://127.0.0.1:{port}/workers", raise_error=False)
                 out["workers_code"] = r.code
                 out["navbar"] = b'href="slimgraph"' in r.body
+                r = await http.fetch(f"http://127.0.0.1:{port}/individual-plots.json")
+                out["listed"] = sorted(v for v in json.loads(r.body).values() if "slimgraph" in v)
             print(json.dumps(out))
 
         asyncio.run(main())
     """)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-3000:]
-    import json
-
-    out = json.loads(p.stdout.strip().splitlines()[-1])
-    if out["class"] != "SlimScheduler":  # pragma: no cover - depends on slimgraph.distributed
-        pytest.fail(f"the preload did not make the scheduler slim: {out}")
     assert out == {"class": "SlimScheduler", "code": 200, "slim_source": True,
-                   "workers_code": 200, "navbar": True}
+                   "workers_code": 200, "navbar": True, "listed": sorted(OUR_PAGES)}
+
+
+def _check_dashboard(dash: str) -> None:
+    """The slimgraph pages of the scheduler dashboard at ``dash``."""
+    code, body = get(f"{dash}/individual-plots.json")
+    assert code == 200
+    listed = set(json.loads(body).values())
+    assert OUR_PAGES <= listed, listed
+    assert "/individual-task-stream" in listed  # dask's own are still listed
+    for path in ("/slimgraph", *OUR_PAGES):
+        assert get(f"{dash}{path}")[0] == 200, path
+    code, body = get(f"{dash}/status")
+    assert code == 200 and b'href="slimgraph"' in body
+
+
+@pytest.mark.cluster
+def test_dask_scheduler_cli_preload_lists_the_pages(tmp_path):
+    """``dask scheduler --preload slimgraph.distributed``: slim, recording,
+    and the tab plus the ``individual-slimgraph-*`` pages in
+    /individual-plots.json (what dask-labextension lists)."""
+    from distributed import Client
+
+    from slimgraph.instrument import client as sgc
+
+    with dask_scheduler(tmp_path, "--preload", "slimgraph.distributed") as (address, dash, proc):
+        _check_dashboard(dash)
+        with Client(address, timeout="20s") as c:
+            st = sgc.get_status(c)
+        assert st["kind"] == "slim" and st["recording"] is True
+
+
+@pytest.mark.cluster
+def test_stock_scheduler_cli_preload_of_the_tab(tmp_path):
+    """``dask scheduler --preload slimgraph.views.tab``: a stock scheduler,
+    recorded, with the same pages."""
+    from distributed import Client
+
+    from slimgraph.instrument import client as sgc
+
+    with dask_scheduler(tmp_path, "--preload", "slimgraph.views.tab") as (address, dash, proc):
+        _check_dashboard(dash)
+        with Client(address, timeout="20s") as c:
+            st = sgc.get_status(c)
+        assert st["kind"] == "stock" and st["recording"] is True
+
+
+def test_preload_by_environment_variable_with_local_cluster():
+    """``DASK_DISTRIBUTED__SCHEDULER__PRELOAD='["slimgraph.distributed"]'``
+    with a LocalCluster: slim, the pages listed."""
+    out = _run("""
+        import json
+        from urllib.request import urlopen
+        from distributed import LocalCluster
+
+        with LocalCluster(n_workers=0, processes=False,
+                          dashboard_address="127.0.0.1:0") as lc:
+            port = lc.scheduler.http_server.port
+            with urlopen(f"http://127.0.0.1:{port}/individual-plots.json") as r:
+                listed = sorted(v for v in json.load(r).values() if "slimgraph" in v)
+            with urlopen(f"http://127.0.0.1:{port}/slimgraph") as r:
+                code = r.status
+            print(json.dumps({"class": type(lc.scheduler).__qualname__, "listed": listed,
+                              "code": code}))
+    """, env={"DASK_DISTRIBUTED__SCHEDULER__PRELOAD": '["slimgraph.distributed"]'})
+    assert out == {"class": "SlimScheduler", "listed": sorted(OUR_PAGES), "code": 200}
 
 
 def test_slim_choice_is_not_available_without_slim_scheduler(monkeypatch):
     """Without slimgraph.distributed the launcher offers stock only and says why."""
-    from dashboard import clusters
+    from slimgraph.dashboard import clusters
 
     monkeypatch.setitem(sys.modules, "slimgraph.distributed", None)  # import fails
     mgr = clusters.ClusterManager(address="")
@@ -340,32 +499,72 @@ def test_slim_choice_is_not_available_without_slim_scheduler(monkeypatch):
     assert mgr.get("slim").status == "unavailable"  # never starts a cluster
 
 
-def test_workload_sizes_are_about_right():
-    """The launcher's sizes are task counts after dask's optimizations."""
-    import asyncio
-
+def _ingested_tasks(requests: list[tuple[str, int]]) -> list[int]:
+    """Tasks on the scheduler after submitting each (workload, size) of
+    :mod:`slimgraph.workloads` (no workers: counted after dask's optimizations)."""
     from distributed import Client, Scheduler
 
-    from dashboard import workloads
+    from slimgraph import workloads
 
     async def main():
         async with Scheduler(dashboard_address=":0", host="127.0.0.1") as s:
-            dt.ensure_recording(s)
-            hist = dt.get_history(s)
-            out = {}
-            async with Client(s.address, asynchronous=True) as c:
-                for name in workloads.WORKLOADS:
+            get_extension(s).install()
+            hist = get_history(s)
+            out = []
+            async with Client(s.address, asynchronous=True, set_as_default=False) as c:
+                for name, size in requests:
                     n = len(hist)
-                    fut = c.compute(workloads.build(name, "1k"))
+                    fut = c.compute(workloads.build(name, size))
                     while len(hist) == n:
                         await asyncio.sleep(0.02)
-                    out[name] = hist.latest().tasks
+                    out.append(hist.latest().tasks)
                     await c.cancel(fut)
             from slimgraph.instrument.stock import uninstall
 
             uninstall(s)
             return out
 
-    sizes = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_workload_sizes_are_about_right():
+    """The launcher's sizes are task counts after dask's optimizations."""
+    from slimgraph import workloads
+
+    names = list(workloads.WORKLOADS)
+    sizes = dict(zip(names, _ingested_tasks([(n, workloads.SIZES["1k"]) for n in names])))
     for name, tasks in sizes.items():
         assert 700 <= tasks <= 1400, sizes
+
+
+def test_any_positive_task_count_and_clear_errors():
+    """The dashboard takes any positive number of tasks, not only presets;
+    anything else is refused with a clear message before a job starts."""
+    from slimgraph import workloads
+    from slimgraph.dashboard.clusters import ClusterManager
+    from slimgraph.dashboard.jobs import Job
+
+    (tasks,) = _ingested_tasks([("array", 2345)])
+    assert 0.7 * 2345 <= tasks <= 1.4 * 2345
+    mgr = ClusterManager(address="")  # nothing is started
+    for bad in (0, -3, 1.5, "1k", True, None):
+        with pytest.raises(ValueError, match="positive integer"):
+            Job(mgr, "array", bad, ("stock",))
+    with pytest.raises(ValueError, match="unknown workload"):
+        Job(mgr, "arrays", 1000, ("stock",))
+    with pytest.raises(ValueError, match="positive integer"):
+        workloads.build("delayed", 0)
+
+
+def test_dashboard_and_bench_build_the_same_graphs():
+    """One workloads module: the dashboard's job, the bench and the profile
+    command build the same graph for the same name and size."""
+    from dask.base import tokenize
+
+    from slimgraph import workloads
+    from slimgraph.dashboard import jobs
+
+    assert jobs.workloads is workloads
+    for name in workloads.WORKLOADS:
+        job = jobs.Job(None, name, 1234, ("stock",))
+        assert tokenize(job.build()) == tokenize(workloads.WORKLOADS[name](1234)), name

@@ -1,12 +1,13 @@
 """The dashboard in a real headless Chromium, reached the three ways.
 
-- (a) ``panel serve dashboard`` (reading a scheduler named by
-  ``SLIMGRAPH_SCHEDULER``) and ``slimgraph.dashboard_tab.launch`` (what
-  ``slimgraph dashboard`` runs: port, embedded stock and slim LocalClusters);
+- (a) ``panel serve dashboard`` from the checkout (reading a scheduler named
+  by ``SLIMGRAPH_SCHEDULER``) and ``python -m slimgraph dashboard`` (port,
+  embedded stock and slim LocalClusters);
 - (b) JupyterLab: the launcher tile (jupyter-server-proxy entry point) and a
   notebook cell (``show_in_notebook``, inline resources);
 - (c) the "slimgraph" tab of a scheduler's own dashboard, next to dask's
-  Status/Workers/Tasks/System tabs (scheduler in a subprocess).
+  Status/Workers/Tasks/System tabs (``dask scheduler --preload
+  slimgraph.views.tab`` in a subprocess).
 
 Every page must load with no console errors, and every request the browser
 makes must go to 127.0.0.1/localhost. Streaming is checked by reading the
@@ -18,17 +19,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
-import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from subprocs import Proc, dask_scheduler, free_port, wait_http
 
 pytestmark = [pytest.mark.browser, pytest.mark.cluster]
 
@@ -44,71 +42,6 @@ if not os.path.exists(CHROMIUM):  # pragma: no cover
 sync_api = pytest.importorskip("playwright.sync_api")
 
 
-# ---------------------------------------------------------------------------
-# processes
-# ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float = 60, proc: "Proc | None" = None) -> None:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.p.poll() is not None:
-            raise RuntimeError(f"{proc.name} exited ({proc.p.returncode}):\n{proc.log_tail()}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                if r.status < 500:
-                    return
-        except Exception as e:  # noqa: BLE001
-            last = e
-        time.sleep(0.3)
-    raise TimeoutError(f"{url} did not answer in {timeout} s ({last})"
-                       + (f"\n{proc.log_tail()}" if proc else ""))  # fmt: skip
-
-
-class Proc:
-    """A subprocess in its own session; stopped by its id (SIGINT, then the group)."""
-
-    def __init__(self, name: str, cmd: list[str], tmp: Path, env: dict | None = None, cwd=None):
-        self.name = name
-        self.log = tmp / f"{name}.log"
-        e = dict(os.environ)
-        e.update(env or {})
-        e.setdefault("PYTHONUNBUFFERED", "1")
-        self._fh = open(self.log, "w")
-        self.p = subprocess.Popen(cmd, stdout=self._fh, stderr=subprocess.STDOUT, env=e,
-                                  cwd=cwd or ROOT, start_new_session=True)  # fmt: skip
-
-    def log_tail(self, n: int = 60) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # the session we created: our process and its children only
-            os.killpg(self.p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.p.wait(5)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            pass
-        self._fh.close()
-
-
 @pytest.fixture(scope="module")
 def tmp_mod(tmp_path_factory):
     return tmp_path_factory.mktemp("dashboard")
@@ -116,35 +49,18 @@ def tmp_mod(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def scheduler_proc(tmp_mod):
-    """A stock ``dask scheduler`` subprocess, slimgraph tab registered by a
-    preload at import time, plus one worker; yields (address, dashboard url)."""
-    preload = tmp_mod / "sg_tab_preload.py"
-    preload.write_text(textwrap.dedent("""
-        from slimgraph.dashboard_tab import ensure_recording, register
-        register()  # at import: before the scheduler builds its dashboard
-
-        def dask_setup(scheduler):
-            ensure_recording(scheduler)  # a stock scheduler: record its phases
-    """))
-    port, dport = free_port(), free_port()
-    sched = Proc("scheduler", [
-        sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-        "--port", str(port), "--dashboard-address", f"127.0.0.1:{dport}",
-        "--preload", str(preload),
-    ], tmp_mod, cwd=tmp_mod)  # fmt: skip  (cwd: the checkout's dashboard/ is not importable there)
-    address = f"tcp://127.0.0.1:{port}"
-    worker = None
-    try:
-        wait_http(f"http://127.0.0.1:{dport}/health", proc=sched)
+    """A stock ``dask scheduler --preload slimgraph.views.tab`` subprocess
+    (phases recorded, the slimgraph tab added by the preload's dask_setup),
+    plus one worker; yields (address, dashboard url)."""
+    with dask_scheduler(tmp_mod, "--preload", "slimgraph.views.tab") as (address, dash, sched):
         worker = Proc("worker", [
             sys.executable, "-m", "distributed.cli.dask_worker", address,
             "--nworkers", "1", "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1",
         ], tmp_mod, cwd=tmp_mod)  # fmt: skip
-        yield address, f"http://127.0.0.1:{dport}"
-    finally:
-        if worker is not None:
+        try:
+            yield address, dash
+        finally:
             worker.stop()
-        sched.stop()
 
 
 @pytest.fixture(scope="module")
@@ -360,13 +276,23 @@ def test_panel_serve_reads_existing_scheduler(web, scheduler_proc, client, tmp_m
         shot(page, "panel-serve-remote")
         assert n >= 1
 
-        # cancel: a 10k-task job on one single-threaded worker runs for seconds
+        # any number of tasks, not only the presets
         page.get_by_text(re.compile(r"job 1 .*: done")).first.wait_for(timeout=60_000)
+        before = nrows(page, "sg-timing-stock", "submission_id")
+        box = page.locator(".bk-input-group", has_text="Tasks (about").locator("input").first
+        box.fill("1500")
+        box.press("Enter")
+        page.get_by_role("button", name="Submit").click()
+        page.get_by_text(re.compile(r"job 2 \(array, 1,500 tasks.*: done")).first.wait_for(timeout=60_000)
+        wait_rows(page, "sg-timing-stock", "submission_id", before)
+        assert 1000 < source(page, "sg-timing-stock")["tasks"][-1] < 2200
+
+        # cancel: a 10k-task job on one single-threaded worker runs for seconds
         page.locator("select").nth(1).select_option("10k")
         page.get_by_role("button", name="Submit").click()
-        page.get_by_text(re.compile(r"job 2 .*: computing")).first.wait_for(timeout=60_000)
+        page.get_by_text(re.compile(r"job 3 .*: computing")).first.wait_for(timeout=60_000)
         page.get_by_role("button", name="Cancel").click()
-        page.get_by_text(re.compile(r"job 2 .*: cancelled")).first.wait_for(timeout=30_000)
+        page.get_by_text(re.compile(r"job 3 .*: cancelled")).first.wait_for(timeout=30_000)
         assert page.get_by_role("button", name="Submit").is_enabled()
         shot(page, "panel-serve-remote-cancelled")
         assert_clean(watch)
@@ -383,9 +309,8 @@ def test_launch_embedded_clusters_stream_and_memray(web, tmp_mod):
     page, watch = web
     port = free_port()
     app = Proc("launch", [
-        sys.executable, "-c",
-        f"from slimgraph.dashboard_tab import launch; launch(['--port', '{port}'])",
-    ], tmp_mod)  # fmt: skip
+        sys.executable, "-m", "slimgraph", "dashboard", "--port", str(port),
+    ], tmp_mod, cwd=tmp_mod)  # fmt: skip
     try:
         wait_http(f"http://127.0.0.1:{port}/dashboard", proc=app)
         page.goto(f"http://127.0.0.1:{port}/dashboard")
@@ -460,8 +385,7 @@ def test_jupyterlab_launcher_tile_and_notebook(web, scheduler_proc, client, tmp_
     nb = {
         "cells": [{
             "cell_type": "code", "execution_count": None, "id": "c1", "metadata": {}, "outputs": [],
-            "source": [f"import sys; sys.path.insert(0, {str(ROOT)!r})\n",
-                       "from dashboard.app import show_in_notebook\n",
+            "source": ["from slimgraph.dashboard.app import show_in_notebook\n",
                        "show_in_notebook()"],
         }],
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},

@@ -546,3 +546,183 @@ def test_memory_tree_slices_huge_containers():
     assert expect <= other <= expect + 1000  # + shared strings such as "waiting"
     assert tree.max_slice_s < 0.05, tree.max_slice_s
     assert tree.slices > 5
+
+
+# -- 6. one way to reach a scheduler: the extension's handlers, through feeds --------
+def _helpers(c, tmp_path) -> dict:
+    """Every client helper but install, called with a synchronous client."""
+    return {
+        "get_status": lambda: sgc.get_status(c),
+        "get_records": lambda: sgc.get_records(c),
+        "get_submissions": lambda: sgc.get_submissions(c),
+        "get_history": lambda: sgc.get_history(c),
+        "export_records": lambda: sgc.export_records(c, tmp_path / "records.csv"),
+        "get_memory_tree": lambda: sgc.get_memory_tree(c),
+        "get_lazysets": lambda: sgc.get_lazysets(c),
+        "lazysets_series": lambda: sgc.lazysets_series(c),
+        "arm_memray": lambda: sgc.arm_memray(c, directory=str(tmp_path)),
+        "get_memray_results": lambda: sgc.get_memray_results(c, flamegraph=False),
+        "get_loop_monitor": lambda: sgc.get_loop_monitor(c),
+    }
+
+
+def _wait(cond, what: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while True:
+        out = cond()
+        if out:
+            return out
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _check_all_helpers(c, tmp_path, kind: str) -> None:
+    """Every helper against a scheduler that records: before and after one
+    submission (no workers, so the graph stays on the scheduler)."""
+    from slimgraph import workloads
+
+    h = _helpers(c, tmp_path)
+    df = h["get_records"]()
+    assert len(df) == 0 and {"submission_id", "phase_name", "wall_s"} <= set(df.columns)
+    assert h["get_submissions"]() == [] and len(h["get_history"]()) == 0
+    st = h["get_status"]()
+    assert st["kind"] == kind and st["tasks"] == 0 and st["latest"] == 0 and st["recording"]
+    assert st["rss"] > 50 * 2**20
+    path = h["arm_memray"]()
+    assert sgc.lazysets_series(c, start=True, interval=0.2).empty
+    fut = c.compute(workloads.array(2000))
+    (rec,) = _wait(h["get_submissions"], "the record")
+    assert rec.scheduler == kind and rec.status == "OK" and rec.tasks > 1000, rec
+    df = h["get_records"]()
+    assert df.submission_id.unique().tolist() == [rec.submission_id]
+    assert set(df.phase_name) >= {"materialize", "order", "transitions"}
+    assert h["get_history"]().latest().submission_id == rec.submission_id
+    assert pd.read_csv(h["export_records"]()).shape == df.shape
+    st = h["get_status"]()
+    assert st["tasks"] == rec.tasks and st["latest"] == rec.submission_id
+    assert sum(st["states"].values()) == rec.tasks
+    tree = h["get_memory_tree"]()
+    assert tree.ntasks == rec.tasks and tree.bytes_of("TaskState") > 0
+    lz = h["get_lazysets"]()
+    assert len(lz) == 6 and (lz.ntasks == rec.tasks).all()
+
+    def series_saw_the_graph():
+        series = h["lazysets_series"]()
+        return len(series) > 0 and series.ntasks.max() == rec.tasks
+
+    _wait(series_saw_the_graph, "a census of the graph in the series")
+    (summary,) = _wait(lambda: [d for d in h["get_memray_results"]() if d["path"] == path],
+                       "the memray capture")
+    assert not summary["error"] and summary["peak_bytes"] > 0 and summary["top_by_bytes"]
+    assert h["get_loop_monitor"]()["ticks"] > 0
+    del fut
+
+
+@pytest.mark.cluster
+def test_client_helpers_on_a_preloaded_scheduler_without_install(tmp_path):
+    """``dask scheduler --preload slimgraph.distributed``: every helper works
+    without a prior install() (get_records used to raise
+    ``TypeError: 'NoneType' object is not iterable``)."""
+    from subprocs import dask_scheduler
+
+    with dask_scheduler(tmp_path, "--preload", "slimgraph.distributed") as (address, _, proc):
+        with Client(address, timeout="20s") as c:
+            _check_all_helpers(c, tmp_path, "slim")
+            assert sgc.install(c) == "hook-only"  # a slim scheduler records itself
+
+
+@pytest.mark.cluster
+def test_client_helpers_on_a_plain_stock_scheduler(tmp_path):
+    """A stock scheduler started without any preload: before install(), each
+    helper says clearly what to do (and changes nothing); after it, they work."""
+    from subprocs import dask_scheduler
+
+    from slimgraph.instrument.feed import NotInstalled
+
+    assert issubclass(NotInstalled, RuntimeError)
+    with dask_scheduler(tmp_path) as (address, _, proc):
+        with Client(address, timeout="20s") as c:
+            for name, call in _helpers(c, tmp_path).items():
+                with pytest.raises(NotInstalled, match=r"install\(client\)") as info:
+                    call()
+                assert "--preload slimgraph.distributed" in str(info.value), name
+            assert not c.run_on_scheduler(lambda dask_scheduler: "slimgraph" in dask_scheduler.extensions)
+            assert sgc.install(c) == "phases"
+            assert sgc.install(c) == "phases"  # idempotent
+            _check_all_helpers(c, tmp_path, "stock")
+
+
+def test_local_and_remote_feeds_read_the_same():
+    """The in-process feed and the Client feed call the same handlers and
+    decode the same wire format."""
+    from slimgraph.instrument.feed import LocalFeed, RemoteFeed
+
+    async def main():
+        async with cluster(plugin=True, workers=0) as (s, c):
+            fut = c.compute(_array_graph(12))
+            hist = get_history(s)
+            while not len(hist):
+                await asyncio.sleep(0.02)
+            local, remote = LocalFeed(s), RemoteFeed(c)
+            out = {}
+            for name, feed in (("local", local), ("remote", remote)):
+                out[name] = (
+                    await feed.status(),
+                    [r.to_dict() for r in await feed.records()],
+                    await feed.memory_tree(sample=None),
+                    (await feed.lazysets()).attrs,
+                    feed.kind,
+                )
+            del fut
+            return out
+
+    out = run(main())
+    (ls, lr, lt, lz, lk), (rs, rr, rt, rz, rk) = out["local"], out["remote"]
+    assert lr == rr and len(lr) == 1 and lr[0]["status"] == "OK"
+    assert lz == rz
+    assert lk == rk == "stock"
+    for key in ("kind", "tasks", "states", "latest", "recording"):
+        assert ls[key] == rs[key], key
+    # two exact walks of the same state (a few scheduler-wide logs may differ)
+    assert lt.ntasks == rt.ntasks == lr[0]["tasks"]
+    assert lt.bytes_of("TaskState") == rt.bytes_of("TaskState")
+    assert abs(lt.total_bytes - rt.total_bytes) <= 0.05 * lt.total_bytes
+
+
+def test_local_feed_reads_records_and_status_while_the_loop_is_busy():
+    """A scheduler loop blocked (as by a long stock ingestion) does not hold
+    up the records and the status; the walks wait for the loop."""
+    import threading
+
+    from distributed import LocalCluster
+
+    from slimgraph.instrument.feed import LocalFeed
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as lc:
+        feed = LocalFeed(lc.scheduler)
+        assert feed.sync(feed.install, timeout=30) == "phases"
+        with Client(lc, set_as_default=False) as c:
+            fut = c.submit(inc, 1, key="x")  # held: no workers, it stays on the scheduler
+            _wait(lambda: feed.sync(feed.records, timeout=30), "the record")
+            release = threading.Event()
+            lc.loop.add_callback(release.wait, 10)  # blocks the scheduler's loop
+
+            async def read():
+                t0 = time.perf_counter()
+                recs, st = await feed.records(), await feed.status()
+                fast = time.perf_counter() - t0
+                walk = asyncio.ensure_future(feed.lazysets())
+                await asyncio.sleep(0.5)
+                waited = not walk.done()
+                release.set()
+                census = await walk
+                return recs, st, fast, waited, census
+
+            try:
+                recs, st, fast, waited, census = asyncio.run(read())
+            finally:
+                release.set()
+            del fut
+    assert len(recs) == 1 and st["tasks"] == 1 and st["kind"] == "stock"
+    assert fast < 1.0, fast
+    assert waited and census.ntasks == 1

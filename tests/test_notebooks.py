@@ -4,9 +4,12 @@ Each notebook ends its sections with assertion cells on the figures it
 shows, so executing it is a test of the analysis, not just of the code
 paths: a failing assertion is a ``CellExecutionError`` here. The notebooks
 are executed with nbclient in a fresh ``python3`` kernel whose working
-directory is ``notebooks/`` (where ``nbviews.py`` lives), with their
-default (small) parameters unless a test injects others, papermill-style,
-in a cell right after the one tagged ``parameters``.
+directory is the repository root, not ``notebooks/``: they import only
+the installed package (``slimgraph.views.notebook``, ``slimgraph.dashboard``),
+so they run from any working directory, as ``jupyter execute
+notebooks/*.ipynb`` from the root does. They run with their default (small)
+parameters unless a test injects others, papermill-style, in a cell right
+after the one tagged ``parameters``.
 
 Outputs are never committed: every notebook must have no outputs and no
 execution counts (strip with
@@ -25,6 +28,8 @@ from nbclient.exceptions import CellExecutionError
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = ROOT / "notebooks"
+#: the kernels' working directory (where a user runs ``jupyter execute``)
+WORKDIR = ROOT
 
 #: notebook -> seconds it may take in total (each cell gets the same bound)
 BUDGETS = {
@@ -71,7 +76,7 @@ def execute(name: str, params: dict | None = None, prepend: str | None = None,
         nb,
         timeout=budget,
         kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOKS_DIR)}},
+        resources={"metadata": {"path": str(WORKDIR)}},
     )
     t0 = time.monotonic()
     client.execute()
@@ -107,6 +112,7 @@ def assert_ran_clean(nb: nbformat.NotebookNode, elapsed: float, name: str) -> No
 
 # -- stored clean -----------------------------------------------------------------
 def test_expected_notebooks_exist():
+    assert not list(NOTEBOOKS_DIR.glob("*.py")), "notebook helpers belong in the package"
     names = {p.name for p in all_notebooks()}
     assert set(BUDGETS) <= names, f"missing: {set(BUDGETS) - names}"
 

@@ -106,7 +106,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
     """One kind, end to end, in fresh scheduler and worker processes."""
     from distributed import Client, wait
 
-    from slimgraph.bench.workloads import WORKLOADS
+    from slimgraph.workloads import WORKLOADS
     from slimgraph.instrument.client import get_submissions, install
 
     say = progress or (lambda msg: None)

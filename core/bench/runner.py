@@ -95,7 +95,7 @@ def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: 
 
     from slimgraph import config
     from slimgraph.bench import payload as payload_mod
-    from slimgraph.bench.workloads import WORKLOADS
+    from slimgraph.workloads import WORKLOADS
 
     if workload not in WORKLOADS:
         raise SystemExit(f"unknown workload {workload!r}; choose from {sorted(WORKLOADS)}")

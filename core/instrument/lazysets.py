@@ -110,8 +110,25 @@ class Census:
         return sum(a.eager_bytes for a in self.attrs.values())
 
     def to_records(self) -> list[dict]:
+        """One row per attribute: ``time``, ``ntasks`` and the
+        :class:`AttrCensus` fields (plus ``saved_bytes``). The wire format of
+        the ``slimgraph_lazysets`` handler."""
         return [{"time": self.time, "ntasks": self.ntasks, **a.to_dict()}
                 for a in self.attrs.values()]
+
+    @classmethod
+    def from_records(cls, rows: list[dict]) -> "Census":
+        """Inverse of :meth:`to_records` (``elapsed_s``/``max_slice_s`` are
+        not part of the rows)."""
+        attrs: dict[str, AttrCensus] = {}
+        when, ntasks = 0.0, 0
+        for row in rows:
+            row = dict(row)
+            when, ntasks = row.pop("time"), row.pop("ntasks")
+            row.pop("saved_bytes")  # derived
+            a = AttrCensus(**row)
+            attrs[a.attr] = a
+        return cls(time=when, ntasks=ntasks, attrs=attrs)
 
     def to_frame(self):
         import pandas as pd

@@ -191,12 +191,16 @@ class Node:
         return n
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+def fmt_bytes(n: float) -> str:
+    """``1000 B``, ``1.5 KiB``, ... ``2.0 TiB``: the one byte formatter of
+    the package (memory trees here, the dashboard's labels in
+    :mod:`slimgraph.views.transforms`)."""
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return str(n)
+    return str(n)  # pragma: no cover
 
 
 @dataclass
@@ -258,7 +262,7 @@ class MemoryTree:
     def render(self, min_bytes: int = 0, max_depth: int = 10) -> str:
         nt = max(self.ntasks, 1)
         how = "exact" if self.sample is None else f"sampled {self.sample} tasks"
-        lines = [f"scheduler state: {self.ntasks:,} tasks, {_fmt_bytes(self.total_bytes)}"
+        lines = [f"scheduler state: {self.ntasks:,} tasks, {fmt_bytes(self.total_bytes)}"
                  f" ({self.total_bytes / nt:,.0f} B/task, {how}, walk {self.elapsed_s:.2f} s,"
                  f" longest slice {self.max_slice_s * 1e3:.1f} ms)"]
 
@@ -268,7 +272,7 @@ class MemoryTree:
             for i, c in enumerate(kids):
                 last = i == len(kids) - 1
                 tb = c.total_bytes
-                lines.append(f"{prefix}{'└── ' if last else '├── '}{c.name}: {_fmt_bytes(tb)}"
+                lines.append(f"{prefix}{'└── ' if last else '├── '}{c.name}: {fmt_bytes(tb)}"
                              f" in {c.total_count:,} objects ({tb / nt:,.1f} B/task)")
                 if depth < max_depth:
                     rec(c, prefix + ("    " if last else "│   "), depth + 1)

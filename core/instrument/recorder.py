@@ -6,8 +6,13 @@ itself; :mod:`slimgraph.instrument.stock` fills it for a stock scheduler.
 :func:`get_history` works for both and creates the extension if missing.
 
 The extension also owns the event-loop :class:`LoopMonitor`, the memray
-"armed" slot, and registers the scheduler RPC handlers that
-:mod:`slimgraph.instrument.client` calls.
+"armed" slot, and is the only scheduler-side surface of the measurements:
+its methods listed in :attr:`SlimgraphExtension.HANDLERS` are registered as
+the scheduler RPC handlers ``slimgraph_<method>``, and they return plain
+data in the records' own serialization (``SubmissionRecord.to_dict``,
+``MemoryTree.to_dict``, ``Census.to_records``). Everything that reads a
+scheduler (:mod:`slimgraph.instrument.feed`, hence the client helpers, the
+dashboard, the scheduler tab and the notebooks) goes through them.
 
 For the slim engine (or anything else that times its own update_graph),
 :meth:`SlimgraphExtension.begin` / :meth:`SlimgraphExtension.finish` fill the
@@ -30,12 +35,15 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from slimgraph.instrument.loopmon import LoopMonitor
 from slimgraph.instrument.records import History, SubmissionRecord, rss_bytes
 
 EXTENSION_NAME = "slimgraph"
+#: Every scheduler RPC handler of the extension is named ``slimgraph_<method>``.
+HANDLER_PREFIX = "slimgraph_"
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -134,37 +142,99 @@ class SlimgraphExtension:
             self.history.append(record)
         return record
 
-    # -- RPC handlers -----------------------------------------------------
+    # -- the scheduler-side surface: one handler per method -------------------
+    #: ``scheduler.handlers["slimgraph_<name>"]`` -> the method ``<name>``.
+    #: Remote readers call them through a Client
+    #: (:class:`slimgraph.instrument.feed.RemoteFeed`), in-process readers call
+    #: the methods on the scheduler's loop (:class:`~slimgraph.instrument.feed.LocalFeed`);
+    #: both get the same plain data (the records' own ``to_dict`` and friends).
+    #: None of them answers ``None``: that is what distributed answers for a
+    #: handler it does not have, which is how a client tells that a scheduler
+    #: has no extension.
+    HANDLERS = (
+        "status",
+        "records",
+        "memory_tree",
+        "lazysets",
+        "lazysets_series",
+        "install",
+        "set_lazy",
+        "memray_arm",
+        "memray_results",
+        "memray_flamegraph",
+        "loop_summary",
+    )
+
     def register_handlers(self) -> None:
         h = getattr(self.scheduler, "handlers", None)
         if h is None:
             return
-        h.setdefault("slimgraph_records", self._h_records)
-        h.setdefault("slimgraph_memory_tree", self._h_memory_tree)
-        h.setdefault("slimgraph_lazysets", self._h_lazysets)
-        h.setdefault("slimgraph_lazysets_series", self._h_lazysets_series)
-        h.setdefault("slimgraph_install", self._h_install)
-        h.setdefault("slimgraph_memray_arm", self._h_memray_arm)
-        h.setdefault("slimgraph_memray_results", self._h_memray_results)
-        h.setdefault("slimgraph_loop", self._h_loop)
+        for name in self.HANDLERS:
+            h.setdefault(HANDLER_PREFIX + name, getattr(self, name))
 
-    def _h_records(self, since: int = 0) -> list[dict]:
+    def status(self) -> dict:
+        """What a dashboard polls every second: cheap (O(task groups)).
+
+        ``kind`` (``"slim"``/``"stock"``), ``rss`` (bytes), ``tasks`` (held
+        now), ``states`` (task counts by state over the task groups, including
+        tasks already forgotten), ``latest`` (id of the newest record, 0 if
+        none) and ``recording`` (whether submissions get phase records).
+        """
+        s = self.scheduler
+        states: dict[str, int] = {}
+        # list(...) copies in one C-level step: safe from another thread too
+        # (LocalFeed reads the status off the scheduler's loop)
+        for tg in list(getattr(s, "task_groups", {}).values()):
+            for state, n in list(tg.states.items()):
+                if n:
+                    states[state] = states.get(state, 0) + n
+        latest = self.history.latest()
+        return {
+            "kind": scheduler_kind(s),
+            "rss": fast_rss(),
+            "tasks": len(s.tasks),
+            "states": states,
+            "latest": latest.submission_id if latest is not None else 0,
+            "recording": self.recording(),
+        }
+
+    def recording(self) -> bool:
+        """True when this scheduler's submissions are recorded: it records
+        its own (slim), or the stock phase hooks are installed."""
+        from slimgraph.instrument.stock import records_own_phases
+
+        if records_own_phases(self.scheduler):
+            return True
+        return bool(self.hooks is not None and self.hooks.installed and self.hooks.record_phases)
+
+    def records(self, since: int = 0) -> list[dict]:
+        """``SubmissionRecord.to_dict()`` of the records after ``since``."""
         return [r.to_dict() for r in self.history.since(since)]
 
-    async def _h_memory_tree(self, sample: int | None | str = "auto",
-                             budget_s: float = 0.02) -> dict:
+    async def memory_tree(self, sample: int | None | str = "auto",
+                          budget_s: float = 0.02) -> dict:
+        """``MemoryTree.to_dict()``, walked in slices of ``budget_s``.
+
+        ``sample``: ``"auto"`` (exact up to 50k tasks), ``None`` (exact) or a
+        number of tasks; a number at least the task count walks exactly.
+        """
         from slimgraph.instrument.memory import memory_tree_async
 
+        if isinstance(sample, int) and len(self.scheduler.tasks) <= sample:
+            sample = None
         tree = await memory_tree_async(self.scheduler, sample=sample, budget_s=budget_s)
         return tree.to_dict()
 
-    async def _h_lazysets(self) -> list[dict]:
+    async def lazysets(self, budget_s: float = 0.02) -> list[dict]:
+        """``Census.to_records()`` of a census in slices of ``budget_s``."""
         from slimgraph.instrument.lazysets import census_async
 
-        res = await census_async(self.scheduler)
+        res = await census_async(self.scheduler, budget_s=budget_s)
         return res.to_records()
 
-    def _h_lazysets_series(self, start: bool | None = None, interval: float = 0.5) -> list[dict]:
+    def lazysets_series(self, start: bool | None = None, interval: float = 0.5) -> list[dict]:
+        """The sampler's censuses (``to_records`` rows); ``start=True`` starts
+        the sampler, ``start=False`` stops it."""
         from slimgraph.instrument.lazysets import LazySetSampler
 
         if start and self.lazyset_sampler is None:
@@ -174,26 +244,63 @@ class SlimgraphExtension:
         s = self.lazyset_sampler
         return [] if s is None else s.to_records()
 
-    def _h_install(self, record_phases: Any = "auto") -> str:
+    def install(self, record_phases: Any = "auto") -> str:
+        """Hook update_graph (:func:`slimgraph.instrument.stock.install`):
+        ``"phases"`` when stock phases are timed, ``"hook-only"`` for a
+        scheduler that records its own."""
         from slimgraph.instrument.stock import install
 
         hooks = install(self.scheduler, record_phases=record_phases)
         return "phases" if hooks.record_phases else "hook-only"
 
-    def _h_memray_arm(self, directory: str | None = None, native_traces: bool = False) -> str:
+    def set_lazy(self, flag: bool) -> bool:
+        """``slimgraph.lazy-containers`` for the next submissions: the config
+        (global in the scheduler's process) and, since a SlimScheduler reads
+        it once at start, its ``slim_lazy`` attribute. Returns the setting."""
+        import dask.config
+
+        from slimgraph import config
+
+        dask.config.set({"slimgraph.lazy-containers": bool(flag)})
+        if hasattr(self.scheduler, "slim_lazy"):
+            self.scheduler.slim_lazy = bool(flag)
+        return bool(config.get("lazy-containers"))
+
+    def memray_arm(self, directory: str | None = None, native_traces: bool = False) -> str:
+        """Capture the next update_graph with memray; returns the capture's path."""
         from slimgraph.instrument.memray_capture import arm
 
         return str(arm(self.scheduler, directory=directory, native_traces=native_traces).path)
 
-    async def _h_memray_results(self, top: int = 20, flamegraph: bool = True) -> list[dict]:
+    async def memray_results(self, top: int = 20, flamegraph: bool = True,
+                             path: str | None = None) -> list[dict]:
+        """``MemraySummary.to_dict()`` of the finished captures (oldest first),
+        or only of the one written to ``path``."""
         out = []
         for cap in list(self.memray_done):
+            if path is not None and str(cap.path) != str(path):
+                continue
             # reading the capture and rendering HTML take seconds: off the loop
             summ = await asyncio.to_thread(cap.summary, top=top, flamegraph=flamegraph)
             out.append(summ.to_dict())
         return out
 
-    def _h_loop(self) -> dict:
+    async def memray_flamegraph(self, path: str) -> dict:
+        """``{"path", "html"}``: the HTML flamegraph of the finished capture at
+        ``path`` (rendered on first request, in a thread); ``html`` is None
+        while the capture has not run, or when memray could not render it."""
+        html = None
+        for cap in reversed(list(self.memray_done)):
+            if str(cap.path) == str(path):
+                summ = await asyncio.to_thread(cap.summary, top=10, flamegraph=True)
+                if summ.flamegraph:
+                    html = await asyncio.to_thread(Path(summ.flamegraph).read_text,
+                                                   encoding="utf-8")
+                break
+        return {"path": str(path), "html": html}
+
+    def loop_summary(self) -> dict:
+        """:meth:`LoopMonitor.summary` of the scheduler's event loop."""
         return self.loop_monitor.summary()
 
     # -- scheduler life cycle --------------------------------------------
@@ -203,6 +310,19 @@ class SlimgraphExtension:
             self.lazyset_sampler.stop()
         if self.hooks is not None:
             self.hooks.uninstall()
+
+
+def scheduler_kind(scheduler: Any) -> str:
+    """``"slim"`` for a scheduler on the slim engine, else ``"stock"``.
+
+    By class name along the MRO (``SlimSchedulerState``): the drop-in's
+    ``SlimScheduler`` answers to the name ``Scheduler``, and this module must
+    not import the engine.
+    """
+    for cls in type(scheduler).__mro__:
+        if "slim" in cls.__qualname__.lower():
+            return "slim"
+    return "stock"
 
 
 def get_extension(scheduler: Any) -> SlimgraphExtension:

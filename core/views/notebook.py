@@ -1,8 +1,10 @@
-"""Tables and plots shared by the notebooks in this directory.
+"""Tables and plots for notebooks (the walkthroughs in ``notebooks/`` use them).
 
 The notebooks measure; this module only shapes what they measured into
 pandas tables and Bokeh figures (the project's own dependencies: no
-matplotlib). Every function takes plain results of the measurement API:
+matplotlib). It is part of the package, so a notebook imports it from
+any working directory: ``from slimgraph.views import notebook as nbviews``.
+Every function takes plain results of the measurement API:
 
 - phase records: :class:`slimgraph.instrument.records.SubmissionRecord` (from
   ``get_history(scheduler)`` or ``slimgraph.instrument.client.get_submissions``)
@@ -21,10 +23,10 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from slimgraph.instrument.records import PHASES
+from slimgraph.views.figures import KIND_COLORS
 
-#: Colours per scheduler label (stock red, slim blue, as on the dashboard).
-COLORS = {"stock": "#d62728", "slim": "#1f77b4", "slim (eager)": "#9ecae1",
-          "slim (lazy)": "#1f77b4"}
+#: Colours per scheduler label (the dashboard's: stock red, slim blue).
+COLORS = {**KIND_COLORS, "slim (eager)": "#9ecae1", "slim (lazy)": KIND_COLORS["slim"]}
 _FALLBACK = ("#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
@@ -224,7 +226,7 @@ def memray_overview(summaries: Mapping[str, Any]) -> pd.DataFrame:
         d = _as_dict(s)
         rows[lab] = {"peak bytes": d["peak_bytes"], "allocations": d["total_allocations"],
                      "retained bytes": d["retained_bytes"], "capture s": d["duration_s"],
-                     "error": d.get("error"), "flamegraph": d.get("flamegraph")}
+                     "error": d["error"], "flamegraph": d["flamegraph"]}
     return pd.DataFrame.from_dict(rows, orient="index")
 
 

@@ -1,0 +1,196 @@
+"""Measurements in, plot columns out: the pure part of the views.
+
+No Bokeh, no scheduler, no I/O: each function takes the instrument's own
+objects (a :class:`~slimgraph.instrument.records.SubmissionRecord`, a
+:class:`~slimgraph.instrument.memory.MemoryTree`, a
+:class:`~slimgraph.instrument.lazysets.Census`) and returns the columns of a
+ColumnDataSource, so the tests check them without a browser, and they are
+cheap enough to run on a scheduler's loop (the scheduler tab does).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from slimgraph.instrument.memory import fmt_bytes  # noqa: F401  (the package's one formatter)
+from slimgraph.instrument.records import PHASES
+
+#: What a timing bar stacks: the phases, then "other" (the rest of total_s
+#: that the stock recorder attributes to no phase).
+OTHER = "other"
+STACK = (*PHASES, OTHER)
+
+
+# -- update_graph phases ------------------------------------------------------
+def timing_row(rec, x: int) -> dict[str, Any]:
+    """One bar: seconds and us/task per phase of the record ``rec``
+    (a :class:`SubmissionRecord`), at position ``x``."""
+    tasks = int(rec.tasks)
+    secs = {p.name: float(p.wall_s) for p in rec.phases}
+    row: dict[str, Any] = {
+        "x": x,
+        "submission_id": int(rec.submission_id),
+        "tasks": tasks,
+        "total_s": float(rec.total_s),
+        "status": str(rec.status),
+    }
+    row["us_per_task"] = row["total_s"] / tasks * 1e6 if tasks else 0.0
+    for name in STACK:
+        s = secs.get(name, 0.0)
+        row[name] = s
+        row[f"{name}_us"] = s / tasks * 1e6 if tasks else 0.0
+    return row
+
+
+def empty_timing() -> dict[str, list]:
+    cols = ["x", "submission_id", "tasks", "total_s", "status", "us_per_task"]
+    for name in STACK:
+        cols += [name, f"{name}_us"]
+    return {c: [] for c in cols}
+
+
+# -- memory tree --------------------------------------------------------------
+def tree_rows(tree) -> list[dict]:
+    """A :class:`MemoryTree` as rows (path, parent, name, bytes, count,
+    bytes_per_task; ``bytes``/``count`` include the children), like
+    ``MemoryTree.to_frame`` but without pandas."""
+    nt = max(int(tree.ntasks), 1)
+    rows: list[dict] = []
+
+    def rec(node, parent):
+        tb = node.total_bytes
+        rows.append({"path": node.path, "parent": parent, "name": node.name, "bytes": tb,
+                     "count": node.total_count, "bytes_per_task": tb / nt})  # fmt: skip
+        for c in node.children.values():
+            rec(c, node.path)
+
+    rec(tree.root, None)
+    return rows
+
+
+_TREE_COLORS = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
+
+TREE_COLUMNS = (
+    "x0", "x1", "y0", "y1", "name", "path", "bytes", "count",
+    "bytes_per_task", "bytes_h", "color", "label", "depth",
+)  # fmt: skip
+
+
+def icicle(rows: list[dict], max_depth: int = 6, min_fraction: float = 0.002) -> dict:
+    """Lay a memory tree out as an icicle: x is the share of bytes, y the depth.
+
+    ``rows`` are :func:`tree_rows`. Children are placed left to right inside
+    their parent's span, each as wide as its share of the parent's bytes;
+    nodes narrower than ``min_fraction`` of the total, or deeper than
+    ``max_depth``, are not drawn.
+    """
+    out: dict[str, list] = {c: [] for c in TREE_COLUMNS}
+    if not rows:
+        return out
+    by_path = {str(r["path"]): r for r in rows}
+    children: dict[str | None, list[dict]] = {}
+    for r in rows:
+        parent = r["parent"]
+        parent = str(parent) if parent is not None and str(parent) in by_path else None
+        children.setdefault(parent, []).append(r)
+    roots = children.get(None, [])
+    total = float(sum(max(float(r["bytes"]), 0.0) for r in roots)) or 1.0
+
+    def place(node, x0, x1, depth, color, recurse=True):
+        width = x1 - x0
+        if depth > max_depth or width < min_fraction:
+            return
+        b = float(node["bytes"])
+        out["x0"].append(x0)
+        out["x1"].append(x1)
+        out["y0"].append(-depth - 1)
+        out["y1"].append(-depth)
+        out["depth"].append(depth)
+        out["name"].append(str(node["name"]))
+        out["path"].append(str(node["path"]))
+        out["bytes"].append(b)
+        out["count"].append(float(node["count"]))
+        out["bytes_per_task"].append(float(node["bytes_per_task"]))
+        out["bytes_h"].append(fmt_bytes(b))
+        out["color"].append(color)
+        out["label"].append(str(node["name"]) if width > 0.06 else "")
+        kids = sorted(children.get(str(node["path"]), []), key=lambda r: -float(r["bytes"]))
+        if b <= 0 or not recurse:
+            return
+        x = x0
+        for kid in kids:
+            w = width * max(float(kid["bytes"]), 0.0) / b
+            w = min(w, x1 - x)
+            place(kid, x, x + w, depth + 1, color)
+            x += w
+
+    x = 0.0
+    ranked = sorted(roots, key=lambda r: -float(r["bytes"]))
+    if len(ranked) == 1:
+        # One root ("state"): draw it grey and colour its branches instead.
+        root = ranked[0]
+        b = float(root["bytes"])
+        place(root, 0.0, 1.0, 0, "#bdbdbd", recurse=False)
+        kids = sorted(children.get(str(root["path"]), []), key=lambda r: -float(r["bytes"]))
+        for i, kid in enumerate(kids):
+            w = max(float(kid["bytes"]), 0.0) / (b or 1.0)
+            w = min(w, 1.0 - x)
+            place(kid, x, x + w, 1, _TREE_COLORS[i % len(_TREE_COLORS)])
+            x += w
+        return out
+    for i, r in enumerate(ranked):
+        w = max(float(r["bytes"]), 0.0) / total
+        place(r, x, x + w, 0, _TREE_COLORS[i % len(_TREE_COLORS)])
+        x += w
+    return out
+
+
+# -- lazy containers ------------------------------------------------------------
+#: Columns of the lazy-container time series (one point per census).
+LAZY_SERIES_COLUMNS = ("time", "held_mb", "eager_mb", "saved_mb", "allocated",
+                       "not_allocated", "empty_allocated", "shared")  # fmt: skip
+#: Columns of the per-attribute bars (one row per container attribute).
+LAZY_ATTR_COLUMNS = (
+    "attribute", "allocated", "empty_allocated", "not_allocated",
+    "shared", "held_bytes", "eager_bytes", "saved_bytes", "held_h", "saved_h",
+)  # fmt: skip
+
+
+def lazy_summary(census) -> tuple[dict, dict]:
+    """(time-series point, per-attribute bars) of a :class:`Census`.
+
+    "not allocated" is a task without a container of its own: ``None`` or a
+    shared free singleton (``none + singleton``).
+    """
+    attrs: dict[str, list] = {c: [] for c in LAZY_ATTR_COLUMNS}
+    tot = dict.fromkeys(("allocated", "not_allocated", "empty_allocated", "shared"), 0.0)
+    held = eager = 0.0
+    for a in census.attrs.values() if census is not None else ():
+        not_alloc = float(a.none + a.singleton)
+        attrs["attribute"].append(a.attr)
+        attrs["allocated"].append(float(a.allocated))
+        attrs["empty_allocated"].append(float(a.empty_allocated))
+        attrs["not_allocated"].append(not_alloc)
+        attrs["shared"].append(float(a.shared))
+        attrs["held_bytes"].append(float(a.held_bytes))
+        attrs["eager_bytes"].append(float(a.eager_bytes))
+        attrs["saved_bytes"].append(float(a.saved_bytes))
+        attrs["held_h"].append(fmt_bytes(a.held_bytes))
+        attrs["saved_h"].append(fmt_bytes(a.saved_bytes))
+        tot["allocated"] += a.allocated
+        tot["not_allocated"] += not_alloc
+        tot["empty_allocated"] += a.empty_allocated
+        tot["shared"] += a.shared
+        held += a.held_bytes
+        eager += a.eager_bytes
+    point = {
+        "time": time.time() * 1000,
+        "held_mb": held / 2**20,
+        "eager_mb": eager / 2**20,
+        "saved_mb": max(sum(attrs["saved_bytes"]), 0.0) / 2**20,
+        **tot,
+    }
+    return point, attrs
