@@ -222,6 +222,19 @@ def init_server_state(state: Any) -> None:
     state._active_graph_updates = 0
 
 
+def server_validators() -> dict:
+    """distributed's per-state checks (``validate_key``, ``validate_waiting``,
+    ...) that live on the Scheduler server rather than on SchedulerState
+    (in 2026.3.0; from 2026.6.0 on they are SchedulerState's): what a
+    server-less state needs for ``validate=True``. ``validate_state`` is not
+    among them: it also checks the server's comms."""
+    return {
+        name: fn
+        for name, fn in vars(Scheduler).items()
+        if name.startswith("validate_") and name != "validate_state" and not hasattr(SchedulerState, name)
+    }
+
+
 def graph_update_started(state: Any) -> None:
     """The count of update_graph calls in flight (``Scheduler.is_idle``
     reads it)."""

@@ -106,3 +106,22 @@ def test_offline_pipeline_reports_an_error_and_changes_nothing():
         assert isinstance(exc, RuntimeError)  # as stock's dask.order raises
 
     asyncio.run(body())
+
+
+def test_offline_pipeline_with_validation_on():
+    """``validate=True`` (distributed checks every transition as it happens;
+    the pipeline then ingests in place with distributed's own transitions)
+    works without a server too, on every supported release."""
+
+    async def body():
+        async with Scheduler(dashboard_address=":0", host="127.0.0.1") as stock:
+            payload = await _payload(stock, WORKLOADS["tree"])
+        off = OfflineScheduler(validate=True)
+        rec = SubmissionRecord(scheduler="slim")
+        await Pipeline(off, rec).run(client="c", **payload)
+        assert rec.status == "OK", rec.error
+        assert off.tasks and all(ts.state in ("waiting", "no-worker", "queued") for ts in off.tasks.values())
+        for key in off.tasks:
+            off.validate_key(key)
+
+    asyncio.run(body())

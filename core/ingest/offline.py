@@ -30,6 +30,9 @@ class OfflineScheduler(SlimSchedulerState):
     coerce_address = shim.Scheduler.coerce_address
     client_releases_keys = shim.Scheduler.client_releases_keys
 
+    # (on distributed releases that keep them on the server class)
+    locals().update(shim.server_validators())
+
     def __init__(self, *, validate: bool = False, plugins: Any = ()):
         from sortedcontainers import SortedDict
 
