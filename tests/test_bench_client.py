@@ -27,6 +27,14 @@ def test_client_mode_measures_both_kinds(tmp_path):
         assert run["longest_block_seconds"] is not None and run["longest_block_seconds"] >= 0
         assert run["pings"] > 0 and run["longest_ping_seconds"] > 0
         assert run["rss_bytes_per_task"] is not None
+        # what other users saw, as distributions
+        for k in ("ping_seconds", "second_client_submit_seconds", "dashboard_page_seconds",
+                  "heartbeat_gap_seconds"):
+            d = run[k]
+            assert d["n"] > 0 and 0 < d["median"] <= d["p99"] <= d["max"], (kind, k, d)
+        assert run["dashboard_page_errors"] == 0
+        assert run["heartbeat_gap_seconds"]["max"] < run["worker_ttl_seconds"]
+        assert len(run["ping_timeline"]) == run["pings"]
     # the slim scheduler process ran the slim engine's own phases
     # (stock's record is made from outside and books uncovered time to "other")
     assert "task_states" in result["slim"]["phases"] and "other" not in result["slim"]["phases"]
@@ -34,7 +42,7 @@ def test_client_mode_measures_both_kinds(tmp_path):
     assert "commit" in result["slim"]["phases"]
     assert "other" in result["stock"]["phases"]
     table = format_client_table(result)
-    assert "stock/slim" in table and "longest ping" in table
+    assert "stock/slim" in table and "longest ping" in table and "median / p99 / max" in table
 
 
 def test_client_mode_can_cut_the_computation_short():

@@ -52,43 +52,129 @@ from typing import Any
 KINDS = ("stock", "slim")
 
 
-class _Pinger:
-    """A second connection that asks the scheduler for ``identity`` every
-    ``interval`` seconds, in its own thread and event loop, and keeps the
-    longest round trip: how long the scheduler made another caller wait."""
+class _Load:
+    """What other users of the scheduler see while it ingests: in its own
+    thread and event loop,
 
-    def __init__(self, address: str, interval: float = 0.02):
+    - a second connection asks the scheduler for ``identity`` every
+      ``interval`` seconds (a plain RPC: the latency another client or a
+      heartbeat sees);
+    - a second Client submits a one-task graph every ``submit_every``
+      seconds, at a high priority (it runs before the big graph's tasks),
+      and waits for its result;
+    - every ``dashboard_every`` seconds it loads a page of the scheduler's
+      own dashboard (``/status``, ``/graph``): the first loads register the
+      plugins dask's dashboard adds (task stream, graph layout), and each
+      load builds a Bokeh session on the scheduler's loop, as a browser
+      opening the page does.
+
+    Each kind keeps ``(time.time() at start, seconds)`` per round trip.
+    """
+
+    def __init__(self, address: str, dashboard: str | None, interval: float = 0.02,
+                 submit_every: float = 0.5, dashboard_every: float = 2.0):
         self.address = address
+        self.dashboard = dashboard
         self.interval = interval
-        self.longest = 0.0
-        self.count = 0
+        self.submit_every = submit_every
+        self.dashboard_every = dashboard_every
+        self.pings: list = []
+        self.submits: list = []
+        self.pages: list = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="slimgraph-pinger", daemon=True)
+        self._thread = threading.Thread(target=self._main, name="slimgraph-load", daemon=True)
 
-    def __enter__(self) -> "_Pinger":
+    @property
+    def longest(self) -> float:
+        return max((d for _, d in self.pings), default=0.0)
+
+    @property
+    def count(self) -> int:
+        return len(self.pings)
+
+    def __enter__(self) -> "_Load":
         self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
-        self._thread.join(timeout=120)
+        self._thread.join(timeout=180)
 
     def _main(self) -> None:
         asyncio.run(self._run())
 
     async def _run(self) -> None:
+        tasks = [asyncio.create_task(self._ping())]
+        if self.submit_every:
+            tasks.append(asyncio.create_task(self._submit()))
+        if self.dashboard and self.dashboard_every:
+            tasks.append(asyncio.create_task(self._dashboard()))
+        await asyncio.gather(*tasks)
+
+    async def _ping(self) -> None:
         from distributed.core import rpc
 
         r = rpc(self.address)
         try:
             while not self._stop.is_set():
-                t = time.perf_counter()
+                t, w = time.perf_counter(), time.time()
                 await r.identity()
-                self.longest = max(self.longest, time.perf_counter() - t)
-                self.count += 1
+                self.pings.append((w, time.perf_counter() - t))
                 await asyncio.sleep(self.interval)
         finally:
             await r.close_rpc()
+
+    async def _submit(self) -> None:
+        import operator
+
+        from distributed import Client
+
+        async with Client(self.address, asynchronous=True, name="slimgraph-load") as c:
+            i = 0
+            while not self._stop.is_set():
+                t, w = time.perf_counter(), time.time()
+                fut = c.submit(operator.add, i, 1, key=f"slimgraph-load-{i}", priority=1000)
+                try:
+                    await asyncio.wait_for(fut, timeout=120)
+                except asyncio.TimeoutError:
+                    pass
+                self.submits.append((w, time.perf_counter() - t))
+                fut.release()
+                i += 1
+                await asyncio.sleep(self.submit_every)
+
+    async def _dashboard(self) -> None:
+        import urllib.request
+
+        def get(url: str) -> int:
+            with urllib.request.urlopen(url, timeout=120) as r:
+                r.read()
+                return r.status
+
+        loop = asyncio.get_running_loop()
+        pages = ("status", "graph")
+        i = 0
+        while not self._stop.is_set():
+            url = f"{self.dashboard}/{pages[i % len(pages)]}"
+            t, w = time.perf_counter(), time.time()
+            try:
+                code = await loop.run_in_executor(None, get, url)
+            except Exception:  # noqa: BLE001 - a failed load is what we report
+                code = 0
+            self.pages.append((w, time.perf_counter() - t, code))
+            i += 1
+            await asyncio.sleep(self.dashboard_every)
+
+
+def distribution(values: list) -> dict | None:
+    """Median, 99th percentile and maximum of ``values`` (None if empty)."""
+    if not values:
+        return None
+    import numpy as np
+
+    a = np.asarray(values, dtype=float)
+    return {"n": int(a.size), "median": float(np.median(a)), "p99": float(np.percentile(a, 99)),
+            "max": float(a.max())}
 
 
 def _wait_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -102,8 +188,10 @@ def _wait_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
 
 
 def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
-             progress: Any = None, compute_seconds: float | None = None) -> dict:
-    """One kind, end to end, in fresh scheduler and worker processes."""
+             progress: Any = None, compute_seconds: float | None = None, load: bool = True) -> dict:
+    """One kind, end to end, in fresh scheduler and worker processes.
+    ``load``: besides the pings, a second client's submissions, dashboard
+    page loads and the workers' heartbeat gaps (see :class:`_Load`)."""
     from distributed import Client, wait
 
     from slimgraph.workloads import WORKLOADS
@@ -130,16 +218,20 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
         with Client(scheduler_file=sfile, timeout="60s") as client:
             client.wait_for_workers(workers, timeout=120)
             install(client)
+            from slimgraph.instrument import heartbeats
+
+            client.run_on_scheduler(heartbeats.watch)
+            dash = client.dashboard_link.rsplit("/", 1)[0] if load else None
             coll = WORKLOADS[workload](tasks)
             say(f"{kind}: submitting")
-            with _Pinger(client.scheduler.address) as ping:
+            with _Load(client.scheduler.address, dash, submit_every=0.5 if load else 0) as ping:
                 t0 = time.time()
                 fut = client.compute(coll)
                 rec = None
                 while rec is None:
                     time.sleep(0.2)
                     recs = [r for r in get_submissions(client)
-                            if r.status != "running"]
+                            if r.status != "running" and r.client == client.id]
                     rec = recs[-1] if recs else None
                 say(f"{kind}: ingested in {rec.start + rec.total_s - t0:.1f} s, computing")
                 if compute_seconds is None:
@@ -151,6 +243,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     t_done = value = None
                     fut.cancel()
             del fut
+            hb = client.run_on_scheduler(heartbeats.gaps)
         if rec.status != "OK":
             raise RuntimeError(f"{kind}: update_graph {rec.status}: {rec.error}")
         rss = None
@@ -165,6 +258,15 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "phase_blocks": {p.name: p.longest_block_s for p in rec.phases},
             "longest_ping_seconds": ping.longest,
             "pings": ping.count,
+            # what other users saw: distributions over the pinged window
+            "ping_seconds": distribution([d for _, d in ping.pings]),
+            "second_client_submit_seconds": distribution([d for _, d in ping.submits]),
+            "dashboard_page_seconds": distribution([d for _, d, _ in ping.pages]),
+            "dashboard_page_errors": sum(1 for _, _, code in ping.pages if code != 200),
+            "heartbeat_gap_seconds": distribution([g for gs in hb["gaps"].values() for g in gs]),
+            "worker_ttl_seconds": hb["worker_ttl"],
+            # (time.time(), seconds) of every ping, for a timeline
+            "ping_timeline": [(w - t0, d) for w, d in ping.pings],
             "rss_bytes_per_task": rss,
             "compute_seconds": None if t_done is None else t_done - t0,
             "result": None if t_done is None else repr(value)[:200],
@@ -191,11 +293,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def bench_client(workload: str, tasks: int, workers: int = 2,
-                 json_path: str | None = None, compute_seconds: float | None = None) -> dict:
+                 json_path: str | None = None, compute_seconds: float | None = None,
+                 load: bool = True) -> dict:
     def say(msg: str) -> None:
         print(f"  {msg}", file=sys.stderr, flush=True)
 
-    runs = {kind: run_kind(kind, workload, tasks, workers, say, compute_seconds) for kind in KINDS}
+    runs = {kind: run_kind(kind, workload, tasks, workers, say, compute_seconds, load) for kind in KINDS}
     st, sl = runs["stock"], runs["slim"]
     result = {
         "mode": "client",
@@ -247,6 +350,22 @@ def format_client_table(result: dict) -> str:
 
     out.append(f"longest block, most of it in: stock {block_phase(result['stock'])}, "
                f"slim {block_phase(result['slim'])}")
+    out.append("")
+    out.append(f"{'what other users saw (ms)':38} {'stock':>20} {'slim':>20}")
+    out.append(f"{'':38} {'median / p99 / max':>20} {'median / p99 / max':>20}")
+    for label, k in (("ping round trip", "ping_seconds"),
+                     ("2nd client submit -> result", "second_client_submit_seconds"),
+                     ("dashboard page load", "dashboard_page_seconds"),
+                     ("worker heartbeat gap", "heartbeat_gap_seconds")):
+        cells = []
+        for kind in ("stock", "slim"):
+            d = result[kind].get(k)
+            cells.append("-" if not d else f"{d['median'] * 1e3:,.0f} / {d['p99'] * 1e3:,.0f} / {d['max'] * 1e3:,.0f}")
+        out.append(f"{label:38} {cells[0]:>20} {cells[1]:>20}")
+    ttl = result["slim"].get("worker_ttl_seconds")
+    if ttl:
+        out.append(f"(worker-ttl {ttl:g} s; dashboard page errors: stock "
+                   f"{result['stock'].get('dashboard_page_errors', 0)}, slim {result['slim'].get('dashboard_page_errors', 0)})")
     if result.get("compute_cut_after_seconds") is not None:
         out.append(f"computation cancelled {result['compute_cut_after_seconds']:g} s after the submission")
     else:

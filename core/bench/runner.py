@@ -263,12 +263,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--compute-seconds", type=float, default=None,
                     help="client mode: stop computing this long after the submission "
                          "(cancel; the ping keeps running until then); default: compute to the end")
+    ap.add_argument("--no-load", dest="load", action="store_false",
+                    help="client mode: only ping (no second client's submissions, "
+                         "no dashboard page loads)")
     a = ap.parse_args(argv)
     if a.mode == "client":
         from slimgraph.bench.e2e import bench_client, format_client_table
 
         print(format_client_table(
-            bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds)))
+            bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds, a.load)))
         return
     kinds = (a.only,) if a.only else ("stock", "slim")
     result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds, a.floor)
