@@ -43,12 +43,6 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
             # a closed scheduler's tasks must not stay frozen (slimgraph.gc)
             gcpause.on_idle()
 
-    def add_plugin(self, *args: Any, **kwargs: Any) -> None:
-        # a plugin added now must not hear of calls owed from before it came
-        if self.slim_deliveries:
-            self.slim_deliveries.flush()
-        return super().add_plugin(*args, **kwargs)
-
     def remove_plugin(self, *args: Any, **kwargs: Any) -> None:
         # ... and one removed now hears of everything owed to it first
         if self.slim_deliveries:

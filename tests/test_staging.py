@@ -249,8 +249,11 @@ def test_owed_plugin_calls_are_delivered_in_slices_while_the_loop_runs():
             await p.slim.update_graph(client=p.c_slim.id, **args2)
             assert p.slim.slim_deliveries
             key = next(k for k, ts in p.slim.tasks.items() if ts.state == "queued")
+            n_before = len(p.rec_slim.calls)
             p.slim.transitions({key: "released"}, stimulus_id="test")
-            assert not p.slim.slim_deliveries
+            # no flush: the transition's calls wait behind the owed ones
+            assert p.slim.slim_deliveries and len(p.rec_slim.calls) == n_before
+            await p.slim.slim_deliveries.wait()
             assert p.rec_slim.calls[: len(expected)] == expected
             assert p.rec_slim.calls[len(expected)] == ("transition", key, "queued", "released")
 
@@ -483,5 +486,56 @@ def test_staged_into_a_group_made_inside_a_span():
             a, b = await staged_check(p, lambda c: c.compute(_tree_named("b")))
             spans = {t["annotations"].get("span", {}).get("name") for t in b["tasks"].values()}
             assert ("outer",) in spans
+
+    run(body())
+
+
+def test_tasks_forgotten_while_calls_are_owed():
+    """Calls still owed when the graph is released: before a task is
+    forgotten everything owed is delivered (dask's graph layout looks the
+    tasks up when it hears of them), and the plugins end as on stock."""
+
+    async def body():
+        async with Pair(n_workers=0) as p:  # Recorder + dashboard plugins listen
+            make = lambda c: c.compute((da.ones((300, 300), chunks=3) + 1).sum())  # noqa: E731
+            msgs, _ = p.capture(make)
+            args = p.payload(msgs[0])
+            for s, c in ((p.stock, p.c_stock), (p.slim, p.c_slim)):
+                await s.update_graph(client=c.id, **args)
+                s.client_releases_keys(keys=list(args["keys"]), client=c.id, stimulus_id="release")
+            owed = p.slim.slim_deliveries
+            assert not p.slim.tasks and not p.stock.tasks
+            if owed:
+                await owed.wait()
+            assert p.rec_slim.calls == p.rec_stock.calls
+            gl_stock, gl_slim = p.dash_stock[1], p.dash_slim[1]
+            for attr in ("x", "y", "index", "visible_updates", "visible_edge_updates", "state_updates"):
+                assert getattr(gl_stock, attr) == getattr(gl_slim, attr), attr
+
+    with dask.config.set({"slimgraph.gc": "pause"}):
+        run(body())
+
+
+@pytest.mark.parametrize("workload", ["array-reduction", "delayed-tree", "dataframe-groupby", "array-overlap"])
+def test_containers_iterate_as_stocks_also_once_thawed(workload):
+    """distributed makes choices while iterating dependencies, dependents,
+    waiting_on and waiters: each slim container iterates in the order of
+    stock's set, and so does the set it thaws into (where the hashes of two
+    items collide, a set rebuilt from another set's order can iterate
+    differently: such containers are kept as stock's own sets)."""
+
+    async def body():
+        async with Pair(n_workers=0, listen=False) as p:
+            await staged_check(p, WORKLOADS[workload])
+            n = 0
+            for key, a in p.stock.tasks.items():
+                b = p.slim.tasks[key]
+                for attr in ("dependencies", "dependents", "waiting_on", "waiters"):
+                    ka = [t.key for t in (getattr(a, attr) or ())]
+                    cb = getattr(b, attr) or ()
+                    assert [t.key for t in cb] == ka, (key, attr)
+                    assert [t.key for t in set(list(cb))] == [t.key for t in set(list(getattr(a, attr) or ()))]
+                    n += len(ka) > 1
+            assert n  # containers of several items were compared
 
     run(body())

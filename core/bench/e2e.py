@@ -62,17 +62,18 @@ class _Load:
     - a second Client submits a one-task graph every ``submit_every``
       seconds, at a high priority (it runs before the big graph's tasks),
       and waits for its result;
-    - every ``dashboard_every`` seconds it loads a page of the scheduler's
-      own dashboard (``/status``, ``/graph``): the first loads register the
-      plugins dask's dashboard adds (task stream, graph layout), and each
-      load builds a Bokeh session on the scheduler's loop, as a browser
-      opening the page does.
+    - it opens the scheduler's own dashboard pages: ``/graph`` once (its
+      plugin lays out every task it is told of), and ``/status`` every
+      ``dashboard_every`` seconds (each load builds a Bokeh session on the
+      scheduler's loop, as a browser opening the page does). The first
+      loads register the plugins dask's dashboard adds (task stream, graph
+      layout), as a user with those pages open has them.
 
     Each kind keeps ``(time.time() at start, seconds)`` per round trip.
     """
 
     def __init__(self, address: str, dashboard: str | None, interval: float = 0.02,
-                 submit_every: float = 0.5, dashboard_every: float = 2.0):
+                 submit_every: float = 0.5, dashboard_every: float = 5.0):
         self.address = address
         self.dashboard = dashboard
         self.interval = interval
@@ -152,10 +153,9 @@ class _Load:
                 return r.status
 
         loop = asyncio.get_running_loop()
-        pages = ("status", "graph")
         i = 0
         while not self._stop.is_set():
-            url = f"{self.dashboard}/{pages[i % len(pages)]}"
+            url = f"{self.dashboard}/{'graph' if i == 0 else 'status'}"
             t, w = time.perf_counter(), time.time()
             try:
                 code = await loop.run_in_executor(None, get, url)
@@ -225,6 +225,8 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             coll = WORKLOADS[workload](tasks)
             say(f"{kind}: submitting")
             with _Load(client.scheduler.address, dash, submit_every=0.5 if load else 0) as ping:
+                while load and len(ping.pages) < 2:  # the dashboard pages are open first
+                    time.sleep(0.1)
                 t0 = time.time()
                 fut = client.compute(coll)
                 rec = None

@@ -70,8 +70,13 @@ def apply_in_place(state: Any, b: Build, plan: Plan, rec: SubmissionRecord) -> t
         owed = _plugins(state, b)
         p.tasks = len(b.touched)
     with rec.phase("transitions") as p:
+        d = owing(state)
+        earlier = bool(d)
         _transitions(state, b, plan, client_msgs, worker_msgs, owed)
-        owing(state).flush()
+        if earlier:  # behind calls still owed from a big submission: in slices
+            d.start()
+        else:  # a small submission's calls, now (as stock)
+            d.flush()
         p.tasks = len(b.touched)
     return client_msgs, worker_msgs
 
@@ -270,7 +275,12 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
     for name, p in state.plugins.items():
         if id(p) in hooked:
             told_later[id(p)] = p
-
+    owed_before = state.slim_deliveries
+    if owed_before is not None:
+        # plugins still owed calls from an earlier submission hear of these
+        # transitions after those, through the queue (not as they happen)
+        told_later.update(owed_before.owed_to)
+        owed_before.suspended = True
     # Ready tasks, in the order the replay visited them: hand-offs always go
     # through distributed's transition; queued root-ish ones do too while a
     # worker is idle (it takes them). The log entries the replay made for
@@ -314,6 +324,8 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
     finally:
         state.transition_log = log
         state.plugins = plugins
+        if owed_before is not None:
+            owed_before.suspended = False
     if plan.requeued:
         add = state.queued.add
         for ts in queued:
@@ -338,13 +350,13 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
     state.transition_counter += plan.n_entries - assumed_total
     if told_later:
         d = owing(state)
-        d.add(owed)
+        d.add(owed, told_later)
         if plan.complete:
             calls = _in_stock_order(entries, made)
         else:  # no plugin listens to the replay's transitions
             calls = ((t.key, t.start, t.finish) for _, _, records in made for t in records)
         later = {pair: [p for p in ps if id(p) in told_later] for pair, ps in pairs.items()}
-        d.add(deliveries.transition_calls(calls, later, sid, told_later))
+        d.add(deliveries.transition_calls(calls, later, sid, told_later), told_later)
 
 
 def _records(entries: list, lo: int, hi: int, sid: str, now: float) -> list:

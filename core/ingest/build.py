@@ -33,7 +33,7 @@ from slimgraph import shim
 from slimgraph.ingest import spans
 from slimgraph.ingest.submission import Submission
 from slimgraph.instrument.records import SubmissionRecord
-from slimgraph.model.containers import Edges
+from slimgraph.model.containers import Edges, freeze, thaw_stable
 from slimgraph.model.keys import NameResolver
 from slimgraph.model.taskstate import SlimTaskState, _prio_head, stored_annotations
 
@@ -392,10 +392,13 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
         # stock adds the frozenset's keys one by one to an empty set; a set
         # of the keys built the same way iterates in that order (task
         # states hash like their keys) without Python-level hashing.
+        stable = True
         if len(spec_deps) == 1:
             dl = [lookup(d) for d in spec_deps]
         else:
-            dl = [lookup(d) for d in set(list(spec_deps))]
+            order = list(set(list(spec_deps)))
+            stable = thaw_stable(order)
+            dl = [lookup(d) for d in order]
         for dts in dl:
             lst = dependents.get(id(dts))
             if lst is None:
@@ -406,8 +409,13 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
         if old:  # a run_spec-less task that already had edges
             dl = [*old, *(d for d in dl if d not in old)]
         n_edges += len(dl)
-        if lazy:
+        if lazy and stable and not old:
             set_edges(ts, "dependencies", Edges(dl))
+        elif lazy and not old:
+            # not thaw-stable (see slimgraph.model.containers): stock's own set
+            set_edges(ts, "dependencies", {lookup(d) for d in spec_deps})
+        elif lazy:
+            set_edges(ts, "dependencies", freeze(dl))
         elif type(old) is set:
             # stock adds to the existing set, in spec order (in place, on publishing)
             set_edges(ts, "dependencies", [lookup(d) for d in spec_deps])
@@ -455,19 +463,23 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
 
 
 def _grown_dependents(old: Any, lst: list, lazy: bool) -> Any:
-    """``old`` dependents plus ``lst`` (new ones, in graph order), packed."""
+    """``old`` dependents plus ``lst`` (new ones, in graph order), packed as
+    stock's set grows: its own set, then each new dependent added."""
     if lazy and not old and len(lst) == 1:
         return Edges(lst)
     if old:
-        have = old if type(old) is set else set(old)
-        lst = [*have, *(t for t in lst if t not in have)]
+        grown = set(old)  # (copying a set keeps its layout)
+        for t in lst:
+            grown.add(t)
+        return freeze(list(grown)) if lazy and thaw_stable(tuple(grown)) else grown
     if not lazy:
         return set(lst)
-    if len(lst) == 1:
-        return Edges(lst)
     # set-iteration order, hashing keys in C (see _edges)
     by_key = {t.key: t for t in lst}
-    return Edges([by_key[k] for k in set(list(by_key))])
+    order = list(set(list(by_key)))
+    if thaw_stable(order):
+        return Edges([by_key[k] for k in order])
+    return set(lst)  # stock's own set (see slimgraph.model.containers)
 
 
 def _in_index_order(indices: list, n: int) -> Any:

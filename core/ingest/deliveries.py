@@ -10,12 +10,18 @@ those calls: :class:`Deliveries` makes them afterwards, on the event loop,
 in slices of :data:`SLICE` seconds, in exactly stock's order and with
 stock's arguments.
 
-Order with everything else is kept by flushing: before any later transition
-(``SlimSchedulerState.on_transition``), before another submission is
-applied, and before a plugin is added or removed, whatever is still owed is
-delivered at once. So a plugin sees the same sequence of calls as on stock;
-what differs is only *when* a call comes (at or after the commit) and so
-the scheduler state it may look at meanwhile.
+Order with everything else is kept by queueing behind: while calls are owed
+to a plugin, the transitions that happen meanwhile (the workers start at
+once) are not told to it by distributed's transition code; their calls join
+the queue instead (:meth:`Deliveries.transition`). Another submission's
+calls join it too, and a plugin that is removed first hears everything owed
+to it. So a plugin sees the same sequence of calls as on stock, with stock's
+arguments; what differs is only *when* a call comes (at or after the
+commit) and so the scheduler state it may look at meanwhile. Before a task
+is *forgotten* everything owed is delivered at once: plugins look the task
+up when they hear of it (dask's graph layout reads its dependencies), and a
+forgotten task is gone. (Forgetting happens when a client lets go of its
+results, normally long after the calls were delivered.)
 
 Two plugins need more than a queue of calls:
 
@@ -42,7 +48,7 @@ logger = logging.getLogger("distributed.scheduler")
 #: Longest run of plugin calls between two event-loop turns (seconds).
 SLICE = 0.02
 #: Tasks per ``GraphLayout.update_graph`` slice.
-LAYOUT_SLICE = 2000
+LAYOUT_SLICE = 500
 
 
 class Deliveries:
@@ -55,14 +61,51 @@ class Deliveries:
 
     def __init__(self) -> None:
         self.steps: deque[Iterator[None]] = deque()
+        #: the plugins calls are owed to (id -> plugin): they hear of later
+        #: transitions through the queue too, until it is empty
+        self.owed_to: dict = {}
+        #: True while an applier sends transitions itself (it queues their
+        #: calls for the owed-to plugins in order)
+        self.suspended = False
         self._task: asyncio.Task | None = None
         self._flushing = False
 
     def __bool__(self) -> bool:
         return bool(self.steps)
 
-    def add(self, step: Iterator[None]) -> None:
+    def add(self, step: Iterator[None], plugins: dict | None = None) -> None:
+        """Owe ``step``'s calls (to ``plugins``: id -> plugin)."""
         self.steps.append(step)
+        if plugins:
+            self.owed_to.update(plugins)
+
+    def _emptied(self) -> None:
+        if not self.steps:
+            self.owed_to = {}
+
+    def transition(self, state: Any, key: Any, finish: str, stimulus_id: str, kwargs: dict, run: Any) -> Any:
+        """A transition while calls are owed: ``run()`` (distributed's own
+        transition) with the owed-to plugins left out, and their calls for
+        it queued behind the owed ones."""
+        if finish == "forgotten":
+            self.flush()
+            return run()
+        owed_to = self.owed_to
+        plugins = state.plugins
+        ts = state.tasks.get(key)
+        counter = state.transition_counter
+        state.plugins = {n: p for n, p in plugins.items() if id(p) not in owed_to}
+        try:
+            out = run()
+        finally:
+            state.plugins = plugins
+        log = state.transition_log
+        if ts is not None and state.transition_counter != counter and log and log[-1].key == key:
+            t = log[-1]  # what distributed logged is what it tells plugins
+            listening = [p for p in owed_to.values() if shim.listens_to_transition(p, t.start, t.finish)]
+            if listening:
+                self.steps.append(_told_later(listening, key, t.start, t.finish, stimulus_id, kwargs))
+        return out
 
     def flush(self) -> None:
         """Make every owed call now (re-entrant calls do nothing)."""
@@ -77,6 +120,7 @@ class Deliveries:
                 steps.popleft()
         finally:
             self._flushing = False
+            self._emptied()
 
     def start(self) -> None:
         """Deliver in slices on the running event loop (idempotent)."""
@@ -98,6 +142,7 @@ class Deliveries:
                     steps.popleft()
                 else:
                     break
+            self._emptied()
             await asyncio.sleep(0)
 
     async def wait(self) -> None:
@@ -108,7 +153,17 @@ class Deliveries:
 
 # ---------------------------------------------------------------------------
 # the batches
-# ---------------------------------------------------------------------------
+def _told_later(plugins: list, key: Any, start: str, finish: str, sid: str, kwargs: dict) -> Iterator[None]:
+    """One transition's calls to plugins it was kept from (see
+    :meth:`Deliveries.transition`)."""
+    for p in plugins:
+        try:
+            p.transition(key, start, finish, stimulus_id=sid, **kwargs)
+        except Exception:
+            logger.info("Plugin failed with exception", exc_info=True)
+    yield
+
+
 def update_graph_hooks(state: Any, plugins: list, kwargs: dict, stack: list | None = None) -> Iterator[None]:
     """Every listening plugin's ``update_graph`` hook, stock's arguments.
     ``stack``: :func:`layout_stack` of the tasks, if known already."""

@@ -58,8 +58,9 @@ from slimgraph.model.taskstate import sorted_by_priority
 #: to a worker by the applier logs one entry where the replay assumed two.
 LOG_SLACK = 4096
 
-#: Marks tasks made waiting by the running replay until their waiters are
-#: known (an empty, falsy, distinct container: safe if anything reads it).
+#: Marks tasks made waiting by the running replay that no dependent waits
+#: on yet (an empty, falsy, distinct container: safe if anything reads it);
+#: the first one to come replaces it with a list (see the replay's loop).
 _PENDING = Edges()
 
 #: The transitions the replay inlines, as plugins see them.
@@ -243,16 +244,25 @@ class _Replay:
                     ds = dts._state
                     if ds == "released":
                         new_recs[dts.key] = "waiting"
-                    elif dts.waiters is not _PENDING:
-                        # known before this submission: it learns its new waiter
-                        lst = outside_waiters.get(dts)
-                        if lst is None:
-                            outside_waiters[dts] = [ts]
+                    else:
+                        w = dts.waiters
+                        if type(w) is list:  # made waiting by this replay: joins its waiters
+                            w.append(ts)
+                        elif w is _PENDING:
+                            dts.waiters = [ts]
                         else:
-                            lst.append(ts)
+                            # known before this submission: it learns its new waiter
+                            lst = outside_waiters.get(dts)
+                            if lst is None:
+                                outside_waiters[dts] = [ts]
+                            else:
+                                lst.append(ts)
                 if n_on == len(deps):
                     if deps:
-                        ts.waiting_on = deps if lazy else set(deps)
+                        # stock inserts them in ``deps``' order: the very
+                        # container when it is a thaw-stable Edges
+                        # (a set is built by insertion, as stock's: copying a set would keep its layout)
+                        ts.waiting_on = deps if lazy and type(deps) is not set else set(list(deps))
                     else:
                         ts.waiting_on = None if lazy else set()
                         new_recs[key] = "processing"
@@ -261,8 +271,23 @@ class _Replay:
                     ts.waiting_on = (freeze(on) if on else None) if lazy else set(on)
                     if not on:
                         new_recs[key] = "processing"
-                ts.waiters = _PENDING  # final value once every dependent is waiting
-                to_waiting.append(ts)
+                # waiters: stock makes a set of the dependents already
+                # waiting (in dependents' order); each later one adds itself.
+                # The insertion order decides the set's order: kept as a
+                # list until the replay ends (see below).
+                dependents = ts.dependents
+                if not dependents:
+                    ts.waiters = None if lazy else set()
+                else:
+                    w = [d for d in dependents if d._state == "waiting"]
+                    if len(w) == len(dependents):  # final: no dependent is left to come
+                        if lazy and type(dependents) is not set:
+                            ts.waiters = dependents
+                        else:
+                            ts.waiters = set(w)
+                    else:
+                        ts.waiters = w if w else _PENDING
+                        to_waiting.append(ts)
                 append((key, "released", "waiting", new_recs))
                 n += 1
                 if new_recs:
@@ -297,19 +322,15 @@ class _Replay:
                 continue
             raise AssertionError(f"replay met {start} -> {finish} for {key!r}")  # pragma: no cover
 
-        # waiters: every dependent that is waiting on the task by now (stock
-        # builds this set from the dependents already waiting, and each
-        # later dependent adds itself when it becomes waiting).
+        # waiters still being made: in stock's insertion order by now
         for ts in to_waiting:
-            dependents = ts.dependents
-            if not dependents:
+            w = ts.waiters
+            if w is _PENDING:
                 ts.waiters = None if lazy else set()
-                continue
-            w = [d for d in dependents if d._state == "waiting"]
-            if len(w) == len(dependents):
-                ts.waiters = dependents if lazy else set(dependents)
+            elif lazy:
+                ts.waiters = freeze(w)
             else:
-                ts.waiters = (freeze(w) if w else None) if lazy else set(w)
+                ts.waiters = set(w)
         moves = plan.moves
         for moved, old, new in ((to_wait, "released", "waiting"), (to_queue, "waiting", "queued")):
             for tg, k in moved.items():

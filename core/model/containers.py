@@ -15,6 +15,15 @@ The slim task state therefore holds:
   choices while iterating these containers (which dependency is
   recommended first, hence which root reaches a worker first), so the
   order is part of behaving like stock.
+
+  The order must survive a thaw too: a thawed container is ``set(edges)``,
+  a set built by inserting the items in that iteration order, and stock's
+  set was built by inserting them in another order (its own insertion
+  order). Where two items' hashes collide the two sets can iterate
+  differently (for 4-item sets, about 2 % of them). So :func:`freeze` keeps
+  the compact tuple only when rebuilding the set from it gives the same
+  order (*thaw-stable*); otherwise it keeps the set built stock's way, a
+  real ``set``, which the slim engine treats as already thawed.
 - ``waiting_on`` / ``waiters``: ``None`` when empty, and at ingestion the very
   same object as ``dependencies`` / ``dependents`` when their contents are
   equal. The first time a transition is about to mutate one of them it is
@@ -90,15 +99,26 @@ class Edges(tuple):
 NO_EDGES = Edges()
 
 
-def freeze(items: list | tuple | set) -> Edges:
-    """Pack distinct task states, given in insertion order, compactly.
+def freeze(items: list | tuple) -> Edges | set:
+    """Pack distinct task states, given in stock's insertion order.
 
-    Items are stored in the iteration order of a set that received them in
-    that order (task states hash like their keys, as in stock).
+    Returns an :class:`Edges` in the iteration order of the set stock would
+    build from them (task states hash like their keys, as in stock), or that
+    set itself when its order would not survive a thaw (see module
+    docstring).
     """
     n = len(items)
     if n == 0:
         return NO_EDGES
-    if n == 1 or type(items) is set:
+    if n == 1:
         return Edges(items)
-    return Edges(set(items))
+    built = set(items)
+    order = tuple(built)
+    if thaw_stable(order):
+        return Edges(order)
+    return built
+
+
+def thaw_stable(order: tuple | list) -> bool:
+    """Whether a set built by inserting ``order`` iterates in ``order``."""
+    return len(order) < 2 or tuple(set(order)) == tuple(order)

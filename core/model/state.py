@@ -116,8 +116,15 @@ class SlimSchedulerState(TransitionHook):
     # transitions on slim containers
     def on_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
         owed = self.slim_deliveries
-        if owed:  # plugins hear of an ingestion's transitions before this one
-            owed.flush()
+        if owed is not None and owed.owed_to and not owed.suspended:
+            # plugins owed calls from an ingestion hear of this one after them
+            return owed.transition(
+                self, key, finish, stimulus_id, kwargs,
+                lambda: self._slim_transition(key, finish, stimulus_id, kwargs),
+            )
+        return self._slim_transition(key, finish, stimulus_id, kwargs)
+
+    def _slim_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
         ts = self.tasks.get(key)
         if ts is None or (ts._state, finish) in _CONTAINER_FREE:
             out = self.stock_transition(key, finish, stimulus_id, kwargs)
