@@ -36,8 +36,17 @@ def test_key_split_and_group_name_are_distributeds_without_the_cache():
 @given(st.one_of(st.text(min_size=1), st.binary(min_size=1).filter(lambda b: b.isascii()),
                  st.tuples(st.text(min_size=1), st.integers())))
 def test_group_name_matches_key_split_group(key):
-    assert group_name(key) == key_split_group(key)
-    assert key_split(key) == cached_key_split(key)
+    # (some keys break distributed's own function, e.g. "<": then ours breaks
+    # the same way, as stock's update_graph would)
+    assert _outcome(group_name, key) == _outcome(key_split_group, key)
+    assert _outcome(key_split, key) == _outcome(cached_key_split, key)
+
+
+def _outcome(fn, key):
+    try:
+        return fn(key)
+    except Exception as e:  # noqa: BLE001 - compared, not hidden
+        return type(e)
 
 
 def test_resolver_makes_one_group_per_name():
