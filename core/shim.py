@@ -20,6 +20,7 @@ release can set ``slimgraph.versions: warn`` (or
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any
 
@@ -325,6 +326,26 @@ class TransitionHook(SchedulerState):
 
     def stock_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
         return super()._transition(key, finish, stimulus_id, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# Clients (the benchmark captures what a real Client sends)
+# ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def client_messages_kept(client: Any, keep: Any) -> Any:
+    """While inside, messages for which ``keep(msg)`` is true are not sent
+    to the scheduler (the client's one way out, ``_send_to_scheduler``)."""
+    orig = client._send_to_scheduler
+
+    def send(msg: dict) -> None:
+        if not keep(msg):
+            orig(msg)
+
+    client._send_to_scheduler = send
+    try:
+        yield
+    finally:
+        client._send_to_scheduler = orig
 
 
 # ---------------------------------------------------------------------------

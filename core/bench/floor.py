@@ -134,10 +134,7 @@ def measure(payload: dict) -> dict:
 
     Runs with the collector off, as both engines' ingestion effectively
     does (stock's collections cost time, not retained memory)."""
-    from dask._expr import LLGExpr
-    from distributed.protocol.serialize import deserialize
-    from distributed.scheduler import _cull, _materialize_graph
-
+    from slimgraph import shim
     from slimgraph.instrument.records import rss_bytes
 
     ser = payload.pop("expr_ser")
@@ -148,11 +145,11 @@ def measure(payload: dict) -> dict:
     rss0 = rss_bytes()
     gc.disable()
     try:
-        expr, deserialize_stall = stall(deserialize, ser.header, ser.frames)
+        expr, deserialize_stall = stall(shim.deserialize, ser.header, ser.frames)
         del ser
-        (dsk, _annotations), materialize_stall = stall(_materialize_graph, expr=expr, validate=False)
-        if isinstance(expr, LLGExpr):  # as update_graph does
-            dsk = _cull(dsk, keys)
+        (dsk, _annotations), materialize_stall = stall(shim.materialize, expr, False)
+        if shim.culls_explicitly(expr):  # as update_graph does
+            dsk = shim.cull(dsk, keys)
         del expr, _annotations, keys
         items = list(dsk.items())
         del dsk

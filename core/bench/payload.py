@@ -18,20 +18,18 @@ def intercept(client: Any, make: Any) -> tuple[list, Any]:
 
     Every other message the client sends goes out as usual.
     """
-    captured: list = []
-    orig = client._send_to_scheduler
+    from slimgraph import shim
 
-    def send(msg: dict) -> None:
+    captured: list = []
+
+    def keep(msg: dict) -> bool:
         if msg.get("op") == "update-graph":
             captured.append(msg)
-        else:
-            orig(msg)
+            return True
+        return False
 
-    client._send_to_scheduler = send
-    try:
+    with shim.client_messages_kept(client, keep):
         result = make(client)
-    finally:
-        client._send_to_scheduler = orig
     return captured, result
 
 
