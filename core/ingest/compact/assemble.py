@@ -17,8 +17,9 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from ._names import Alias, GraphNode, _execute_subgraph, _is_dask_future
-from .graph import MASK, NODE, SHIFT, BlockSource, LayerReport, ValueSource
+from ._names import Alias, GraphNode, Task, _execute_subgraph, _is_dask_future
+from .cull import RUN
+from .graph import MASK, NODE, SHIFT, BlockSource, LayerReport, ValueSource, add_report
 from .layers import BLOCKWISE, GraphLayers
 from .unsupported import Unsupported
 
@@ -86,6 +87,30 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
     # pass 1: keys, sources, the tasks convert_legacy_graph drops
     for u, locs in selection:
         n0 = len(keys)
+        if u == RUN:
+            # one-key node layers (delayed): no annotations, no repeats
+            if vseg < 0:
+                vseg = len(segments)
+                segments.append(values)
+            head = vseg << SHIFT
+            vals = values.values
+            vkinds = values.kinds
+            for loc in locs:
+                k = mkeys[loc]
+                val = mvals[loc]
+                rec += 1
+                if type(val) is not Task and _self_alias(k, val):
+                    dropped.add(k)
+                    continue
+                entry_of[loc] = len(keys)
+                keys.append(k)
+                codes.append(head + len(vals))
+                vals.append(val)
+                vkinds.append(NODE)
+                if val.block_fusion:
+                    part.block_fusion.add(len(keys) - 1)
+            report.append(LayerReport(gl.names[gl.loc_unit[locs[0]]], "MaterializedLayer", "kept", len(keys) - n0, "", len(locs)))
+            continue
         if kinds[u] == BLOCKWISE:
             v = views[u]
             seg = len(segments)
@@ -102,7 +127,7 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
                     entry_of[loc] = len(keys)
                     keys.append(v.key(local))
                     codes.append(head + local)
-            report.append(LayerReport(gl.names[u], "Blockwise", "compact", len(keys) - n0))
+            add_report(report, gl.names[u], "Blockwise", "compact", len(keys) - n0)
             if annotate and u in gl.annotations:
                 part.annotated.append((gl.annotations[u], keys[n0:]))
             continue
@@ -151,7 +176,7 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
         ltype = layer_types[u]
         path = "dask" if ltype == "ArrayOverlapLayer" else "kept"
         reason = "ArrayOverlapLayer materializes itself" if path == "dask" else ""
-        report.append(LayerReport(gl.names[u], ltype, path, len(keys) - n0, reason))
+        add_report(report, gl.names[u], ltype, path, len(keys) - n0, reason)
         if annotate and u in gl.annotations:
             part.annotated.append((gl.annotations[u], [mkeys[loc] for loc in locs]))
 
@@ -174,6 +199,39 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
     s_items = store.items
     s_ext = store.ext_keys
     for u, locs in selection:
+        if u == RUN:
+            for loc in locs:
+                if entry_of[loc] != e:  # dropped
+                    p += 1
+                    continue
+                a = s_off[p]
+                b = s_off[p + 1]
+                p += 1
+                if a == b:
+                    off.append(len(idx))
+                    vlocal += 1
+                    e += 1
+                    continue
+                outside = None
+                for d in s_items[a:b]:
+                    if d < 0:
+                        k = s_ext[~d]
+                    else:
+                        j = entry_of[d]
+                        if j >= 0:
+                            idx.append(j)
+                            continue
+                        k = gl.key_of(d)
+                    if outside is None:
+                        outside = [k]
+                    else:
+                        outside.append(k)
+                off.append(len(idx))
+                if outside:
+                    ext[e] = tuple(outside)
+                vlocal += 1
+                e += 1
+            continue
         if kinds[u] == BLOCKWISE:
             v = views[u]
             n = len(locs)

@@ -68,7 +68,7 @@ _CONST = 2  # a block-independent argument (substituted into the template)
 class _Arg:
     """One entry of the layer's ``indices``, planned once."""
 
-    __slots__ = ("kind", "name", "ind", "cmap", "axes", "token", "used", "io", "target", "offsets")
+    __slots__ = ("kind", "name", "ind", "cmap", "axes", "token", "used", "io", "plain", "target", "offsets")
 
     def __init__(self, kind, name, ind, cmap, axes, token, used, io):
         self.kind = kind
@@ -81,6 +81,7 @@ class _Arg:
         #: others when materializing, but still counts them when culling)
         self.used = used
         self.io = io
+        self.plain = isinstance(io, _PLAIN_IO)
         #: (for _ARRAY without contracted axes) the BlockwiseLayer the input
         #: blocks live in, when their coordinates map to it directly
         self.target = None
@@ -174,6 +175,10 @@ class BlockwiseLayer:
     def coords(self, local: int) -> tuple:
         if self.blocks is not None:
             return self.blocks[local]
+        if self.ndim == 2:
+            return divmod(local, self.out_dims[1])
+        if self.ndim == 1:
+            return (local,)
         out = []
         for st, d in zip(self.strides, self.out_dims):
             q, local = divmod(local, st)
@@ -442,6 +447,11 @@ class BlockwiseLayer:
                 continue
             arg_coords = tuple(coords_ext[c] for c in a.cmap)
             if a.kind == _IO:
+                if a.plain:
+                    # parse_input returns plain values (tuples of ints and
+                    # slices) as they are
+                    subs[a.token] = DataNode(a.token, a.io.get(arg_coords, arg_coords))
+                    continue
                 val = parse_input(a.io.get(arg_coords, arg_coords))
                 subs[a.token] = val.substitute({}, key=a.token) if isinstance(val, GraphNode) else DataNode(a.token, val)
             else:

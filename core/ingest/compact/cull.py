@@ -34,8 +34,13 @@ from typing import Any
 
 from ._names import GraphNode
 from .graph import NODE
-from .layers import BLOCKWISE, LEGACY, GraphLayers
+from .layers import BLOCKWISE, LEGACY, NODES, GraphLayers
 from .unsupported import OrderDependent, Unsupported
+
+
+#: a selection item ``(RUN, [locations])``: consecutive kept one-key node
+#: layers without annotations (a delayed graph's layers), in culled order
+RUN = -1
 
 
 class ValueDeps:
@@ -91,7 +96,8 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
     """``[(unit, locations)]`` of the culled graph in its layer order, and
     the dependencies read on the way.
 
-    ``locations`` is a ``range`` (the whole layer) or a one-element list.
+    ``locations`` is a ``range`` (the whole layer) or a one-element tuple;
+    ``(RUN, locations)`` stands for several one-key node layers.
     ``toposorted`` is ``hlg._toposort_layers()``; ``wanted`` the keys the
     optimizer culls to.
     """
@@ -134,6 +140,13 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
     refs: list = []
     bw_ext: list = []
     read = store.read
+    skinds = store.kinds
+    soff = store.off
+    items = store.items
+    #: one-key node layers that need the general path
+    plain_excluded = dup_units | set(gl.annotations)
+    run: Any = None
+    run_item: Any = None
 
     for name in reversed(toposorted):
         u = unit_of_name[name]
@@ -175,6 +188,37 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
             continue
 
         size = sizes[u]
+        if size == 1 and kinds[u] == NODES and u not in plain_excluded:
+            # one Delayed object's layer: the common case, inlined
+            if not inset[s] and count + len(ext) != 1:
+                remaining[s] = 0
+                continue
+            skinds.append(NODE)
+            for d in mvals[s].dependencies:
+                loc = locate(d)
+                if loc is None:
+                    items.append(~len(ext_keys))
+                    ext_keys.append(d)
+                    ext.add(d)
+                    continue
+                items.append(loc)
+                if not remaining[loc]:
+                    raise Unsupported(f"layer {name!r} needs a key of a layer walked before it")
+                if not inset[loc]:
+                    inset[loc] = 1
+                    count += 1
+            soff.append(len(items))
+            if inset[s]:
+                inset[s] = 0
+                count -= 1
+            remaining[s] = 0
+            if run is not None and out[-1] is run_item:
+                run.append(s)
+            else:
+                run = [s]
+                run_item = (RUN, run)
+                out.append(run_item)
+            continue
         legacy = kinds[u] == LEGACY
         dup = u in dup_units
         if count + len(ext) == size:

@@ -57,6 +57,23 @@ class LayerReport:
     tasks: int
     #: why the layer or graph went to dask (``path == "dask"``)
     reason: str = ""
+    #: how many layers this entry stands for: consecutive one-task layers of
+    #: the same type and path (a delayed graph's one layer per Delayed) are
+    #: reported once, ``name`` being the first of them
+    layers: int = 1
+
+
+def add_report(report: list, name: str, type_: str, path: str, tasks: int, reason: str = "") -> None:
+    """Append an entry, folding one-task layers into the previous entry of
+    the same kind (a report entry per Delayed would cost more than the
+    compact graph itself)."""
+    if tasks <= 1 and report:
+        last = report[-1]
+        if last.type == type_ and last.path == path and last.reason == reason and last.tasks <= last.layers:
+            last.tasks += tasks
+            last.layers += 1
+            return
+    report.append(LayerReport(name, type_, path, tasks, reason))
 
 
 class BlockSource:

@@ -57,7 +57,6 @@ class GraphLayers:
         self.kinds = bytearray()
         self.starts = array("q")
         self.sizes = array("q")
-        self.unit_of_name: dict[str, int] = {}
         self.annotations: dict[int, Any] = {}  # unit -> annotations, when any
         self.views: dict[int, BlockwiseLayer] = {}  # unit -> Blockwise view
         mkeys: list = []
@@ -67,21 +66,39 @@ class GraphLayers:
         canon: dict = {}
         loc_unit = array("i")
         blockwise_units = []
+        names = self.names
+        kinds_ = self.kinds
+        starts = self.starts
+        sizes = self.sizes
+        annotations = self.annotations
+        setdefault = index.setdefault
         for u, (name, layer) in enumerate(layers.items()):
-            self.names.append(name)
-            self.unit_of_name[name] = u
+            names.append(name)
             if layer.annotations:
-                self.annotations[u] = layer.annotations
+                annotations[u] = layer.annotations
             t = type(layer)
-            if t is Blockwise:
-                self.views[u] = BlockwiseLayer(name, layer)
-                self.kinds.append(BLOCKWISE)
-                self.starts.append(0)  # set below, after the materialized keys
-                self.sizes.append(self.views[u].size)
-                blockwise_units.append(u)
-                continue
             if t is MaterializedLayer:
                 mapping = layer.mapping
+                if len(mapping) == 1:
+                    # one Delayed object's layer: the common case, inlined
+                    ((k, v),) = mapping.items()
+                    loc = len(mkeys)
+                    mkeys.append(k)
+                    mvals.append(v)
+                    if setdefault(k, loc) != loc:
+                        canon[loc] = index[k]
+                    kinds_.append(NODES if isinstance(v, GraphNode) else LEGACY)
+                    starts.append(loc)
+                    sizes.append(1)
+                    loc_unit.append(u)
+                    continue
+            elif t is Blockwise:
+                self.views[u] = BlockwiseLayer(name, layer)
+                kinds_.append(BLOCKWISE)
+                starts.append(0)  # set below, after the materialized keys
+                sizes.append(self.views[u].size)
+                blockwise_units.append(u)
+                continue
             elif t is ArrayOverlapLayer:
                 mapping = layer._dict  # dask's own materialization of it
             else:
@@ -94,18 +111,19 @@ class GraphLayers:
                 loc = len(mkeys)
                 mkeys.append(k)
                 mvals.append(v)
-                if index.setdefault(k, loc) != loc:
+                if setdefault(k, loc) != loc:
                     # a key another layer has too (delayed graphs repeat
                     # the tasks of collections passed as arguments)
                     canon[loc] = index[k]
             n = len(mkeys) - start
-            self.kinds.append(LEGACY if legacy else NODES)
-            self.starts.append(start)
-            self.sizes.append(n)
+            kinds_.append(LEGACY if legacy else NODES)
+            starts.append(start)
+            sizes.append(n)
             if n == 1:
                 loc_unit.append(u)
             else:
                 loc_unit.extend([u] * n)
+        self.unit_of_name = dict(zip(names, range(len(names))))
         self.mkeys = mkeys
         self.mvals = mvals
         self.index = index
