@@ -19,7 +19,7 @@ from typing import Any
 
 from ._names import Alias, GraphNode, Task, _execute_subgraph, _is_dask_future
 from .cull import RUN
-from .graph import MASK, NODE, SHIFT, BlockSource, LayerReport, ValueSource, add_report
+from .graph import MASK, NODE, SHIFT, TEMPLATE, BlockSource, LayerReport, ValueSource, add_report
 from .layers import BLOCKWISE, GraphLayers
 from .unsupported import Unsupported
 
@@ -198,6 +198,10 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
     s_off = store.off
     s_items = store.items
     s_ext = store.ext_keys
+    s_skel = store.skel
+    s_tstart = store.tstart
+    s_titems = store.titems
+    skeletons = store.skeletons
     for u, locs in selection:
         if u == RUN:
             for loc in locs:
@@ -267,6 +271,16 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
             kind = s_kinds[p]
             if vkinds[vlocal] == _UNSET:
                 vkinds[vlocal] = kind
+                sid = s_skel[p]
+                if sid >= 0:
+                    skel = skeletons[sid]
+                    a = s_tstart[p]
+                    ks = [entry_of[x] for x in s_titems[a : a + skel.nkeys]]
+                    if min(ks) >= 0:
+                        # the task's tuple, list and key copies go; its
+                        # keys are the graph's own
+                        values.values[vlocal] = (skel, *[keys[j] for j in ks])
+                        vkinds[vlocal] = TEMPLATE
             legacy = kind != NODE
             outside = None
             for d in s_items[s_off[p] : s_off[p + 1]]:

@@ -34,6 +34,7 @@ from typing import Any
 
 from ._names import GraphNode
 from .graph import NODE
+from .legacy import Skeleton, skeleton_shape
 from .layers import BLOCKWISE, LEGACY, NODES, GraphLayers
 from .unsupported import OrderDependent, Unsupported
 
@@ -49,19 +50,29 @@ class ValueDeps:
     hold, each a location (>= 0) or ``~n`` for ``ext_keys[n]``, a key no
     layer has."""
 
-    __slots__ = ("kinds", "off", "items", "ext_keys")
+    __slots__ = ("kinds", "off", "items", "ext_keys", "skel", "tstart", "titems", "skeletons", "_skel_ids")
 
     def __init__(self) -> None:
         self.kinds = bytearray()
         self.off = array("i", [0])
         self.items = array("q")
         self.ext_keys: list = []
+        #: per record: the Skeleton id of a legacy task made of keys only
+        #: (-1: none), and where its keys' locations, in argument order,
+        #: start in ``titems``
+        self.skel = array("i")
+        self.tstart = array("q")
+        self.titems = array("q")
+        self.skeletons: list = []
+        self._skel_ids: dict = {}
 
     def read(self, key: Any, value: Any, legacy_layer: bool, locate: Any, reader: Any, refs: list) -> None:
         """Record ``value``'s dependencies; append to ``refs`` the
         locations dask's cull counts (and return keys outside it through
         ``refs`` as ``~n``, only for node layers, as dask's cull does)."""
         items = self.items
+        self.skel.append(-1)
+        self.tstart.append(-1)
         if isinstance(value, GraphNode):
             self.kinds.append(NODE)
             for d in value.dependencies:
@@ -76,10 +87,17 @@ class ValueDeps:
                     items.append(loc)
                     refs.append(loc)
         else:
-            kind, fs, locs = reader.dependencies(key, value)
+            kind, fs, locs, in_order = reader.dependencies(key, value)
             self.kinds.append(kind)
             if kind == 3:  # SELF: the cull counts the key itself
                 refs.extend(locs.values())
+            elif kind == 0 and in_order:
+                shape = skeleton_shape(value, len(in_order))
+                if shape is not None:
+                    sid = self._skeleton(value[0], shape)
+                    self.skel[-1] = sid
+                    self.tstart[-1] = len(self.titems)
+                    self.titems.extend(in_order)
             for d in fs:
                 loc = locs.get(d)
                 if loc is None:
@@ -90,6 +108,15 @@ class ValueDeps:
                     items.append(loc)
                     refs.append(loc)
         self.off.append(len(items))
+
+
+    def _skeleton(self, head: Any, shape: tuple) -> int:
+        k = (id(head), shape)
+        sid = self._skel_ids.get(k)
+        if sid is None:
+            sid = self._skel_ids[k] = len(self.skeletons)
+            self.skeletons.append(Skeleton(head, shape))
+        return sid
 
 
 def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) -> tuple[list, ValueDeps]:
@@ -141,6 +168,8 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
     bw_ext: list = []
     read = store.read
     skinds = store.kinds
+    sskel = store.skel
+    ststart = store.tstart
     soff = store.off
     items = store.items
     #: one-key node layers that need the general path
@@ -194,6 +223,8 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
                 remaining[s] = 0
                 continue
             skinds.append(NODE)
+            sskel.append(-1)
+            ststart.append(-1)
             for d in mvals[s].dependencies:
                 loc = locate(d)
                 if loc is None:

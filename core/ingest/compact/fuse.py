@@ -39,17 +39,7 @@ def fuse_linear(part: Part, requested: set, locate: Any) -> Part:
     off = part.off
     idx = part.idx
     ext = part.ext
-    nd = array("i", [0]) * n  # dependencies, outside ones included
-    for i in range(n):
-        nd[i] = off[i + 1] - off[i]
-    for i, ks in ext.items():
-        nd[i] += len(ks)
-    ndt = array("i", [0]) * n  # dependents
-    one_dt = array("i", [-1]) * n  # the dependent, when there is just one
-    for i in range(n):
-        for j in idx[off[i] : off[i + 1]]:
-            ndt[j] += 1
-            one_dt[j] = i
+    nd, ndt, one_dt = _degrees(n, off, idx, ext)
     blocked = part.block_fusion
     seen = bytearray(n)
 
@@ -107,6 +97,31 @@ def fuse_linear(part: Part, requested: set, locate: Any) -> Part:
     _apply_slices(part, [it for it in items if type(it) is int and it >= 0])
     out.slices = part.slices
     return out
+
+
+def _degrees(n: int, off: array, idx: array, ext: dict) -> tuple[array, array, array]:
+    """Per task: its number of dependencies (outside ones included), of
+    dependents, and its one dependent when it has one (vectorized: these
+    loops over every edge are the bulk of the pass)."""
+    import numpy as np
+
+    o = np.frombuffer(off, dtype=np.int32) if off.itemsize == 4 else np.array(off, dtype=np.int64)
+    ix = np.frombuffer(idx, dtype=np.int32) if idx.itemsize == 4 else np.array(idx, dtype=np.int64)
+    nd_np = np.diff(o).astype(np.int32)
+    nint = nd_np.copy()
+    for i, ks in ext.items():
+        nd_np[i] += len(ks)
+    ndt_np = np.bincount(ix, minlength=n).astype(np.int32) if len(ix) else np.zeros(n, dtype=np.int32)
+    one_np = np.full(n, -1, dtype=np.int32)
+    if len(ix):
+        owners = np.repeat(np.arange(n, dtype=np.int32), nint)
+        one_np[ix] = owners  # the last writer wins; read only where ndt == 1
+    out = []
+    for a in (nd_np, ndt_np, one_np):
+        arr = array("i")
+        arr.frombytes(np.ascontiguousarray(a, dtype=np.int32).tobytes())
+        out.append(arr)
+    return out[0], out[1], out[2]
 
 
 def _member_key(part: Part, i: int) -> Any:

@@ -39,6 +39,8 @@ MASK = (1 << SHIFT) - 1
 
 #: ValueSource kinds beyond legacy's TASK / ALIAS / DATA
 NODE = 4
+#: a legacy task kept as ``(Skeleton, key, ...)`` (see legacy.Skeleton)
+TEMPLATE = 5
 
 
 @dataclass
@@ -124,8 +126,11 @@ class ValueSource:
 
     def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:
         v = self.values[local]
-        if self.kinds[local] == NODE:
+        kind = self.kinds[local]
+        if kind == NODE:
             return v
+        if kind == TEMPLATE:
+            v = v[0].rebuild(v[1:])
         t = convert_legacy_task(key, v, dep_keys)
         if not isinstance(t, GraphNode):
             t = DataNode(key, t)
@@ -261,6 +266,21 @@ class Deps(Sequence):
         return self.off[i + 1] - self.off[i]
 
 
+class DependencySets(Sequence):
+    """Lazy ``run_spec(i).dependencies`` by index."""
+
+    __slots__ = ("graph",)
+
+    def __init__(self, graph: "CompactGraph"):
+        self.graph = graph
+
+    def __len__(self) -> int:
+        return len(self.graph.keys)
+
+    def __getitem__(self, i: int) -> frozenset:  # type: ignore[override]
+        return self.graph.dependencies(i)
+
+
 class CompactGraph:
     """A materialized submission without a dask node per task.
 
@@ -295,9 +315,14 @@ class CompactGraph:
         self.dropped = dropped
         self.annotations = annotations
         self.report = report
+        # a segment lives while a task, or a fused chain member, uses it
         for code in codes:
-            seg = segments[code >> SHIFT]
-            seg.live += 1
+            segments[code >> SHIFT].live += 1
+        for seg in segments:
+            if type(seg) is FusedSource:
+                for member_codes, _keys in seg.records:
+                    for c in member_codes:
+                        segments[c >> SHIFT].live += 1
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -350,10 +375,27 @@ class CompactGraph:
         """Forget task ``i``'s source (stock drops a run_spec when its task
         is forgotten); a segment goes when its last task does."""
         code = self.codes[i]
+        src = self.segments[code >> SHIFT]
+        if type(src) is FusedSource and src.records[code & MASK] is not None:
+            for c in src.records[code & MASK][0]:
+                self._release_code(c)
+        self._release_code(code)
+
+    def _release_code(self, code: int) -> None:
         seg_no = code >> SHIFT
         src = self.segments[seg_no]
         if src is not None and src.release(code & MASK):
             self.segments[seg_no] = None
+
+    def data_indices(self) -> list:
+        """Indices of the tasks whose run_spec is a ``DataNode`` (what
+        ``dask.order`` treats as data)."""
+        return [i for i in range(len(self.keys)) if self.is_data(i)]
+
+    def dependency_sets(self) -> "DependencySets":
+        """``sets[i]``: task ``i``'s run_spec dependency frozenset, built on
+        access (for an ordering that reads a few of them)."""
+        return DependencySets(self)
 
     def positions(self) -> dict:
         """key -> index (a temporary for the engine; not kept here)."""

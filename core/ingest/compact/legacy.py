@@ -53,15 +53,15 @@ class LegacyReader:
         self.locate = locate
         self.index_get = index.get
 
-    def dependencies(self, key: Any, value: Any) -> tuple[int, frozenset, dict]:
+    def dependencies(self, key: Any, value: Any) -> tuple[int, frozenset, dict, list]:
         """The top-level kind, the frozenset of dependencies the converted
-        node would hold, and the locations of its keys that the graph has
-        (key -> location)."""
+        node would hold, the locations of its keys that the graph has
+        (key -> location), and those locations in argument order."""
         col = Collector()
         out: list = []
         outk: list = []
         kind = self._top(key, value, col, out, outk)
-        return kind, col.result(), dict(zip(outk, out))
+        return kind, col.result(), dict(zip(outk, out)), out
 
     # -- the walk ---------------------------------------------------------------
     def _found(self, x: Any, loc: int, col: Any, out: list, outk: list) -> None:
@@ -256,4 +256,53 @@ class LegacyReader:
             raise Unsupported(f"str subclass {type(x).__name__} inside a legacy value")
 
 
-__all__ = ["ALIAS", "DATA", "SELF", "TASK", "LegacyReader"]
+class Skeleton:
+    """A legacy task with its keys taken out: ``(head, arg, ...)`` where each
+    argument was one key (-1) or a list of ``n`` keys (n). A reduction
+    layer's tasks share one, so a task keeps only its keys (the graph's own
+    key objects) instead of its tuple, its list and its copies of the keys.
+    """
+
+    __slots__ = ("head", "shape", "nkeys")
+
+    def __init__(self, head: Any, shape: tuple):
+        self.head = head
+        self.shape = shape
+        self.nkeys = sum(1 if n < 0 else n for n in shape)
+
+    def rebuild(self, keys: tuple) -> tuple:
+        """The legacy tuple, with ``keys`` (in argument order) in place."""
+        args: list = [self.head]
+        i = 0
+        for n in self.shape:
+            if n < 0:
+                args.append(keys[i])
+                i += 1
+            else:
+                args.append(list(keys[i : i + n]))
+                i += n
+        return tuple(args)
+
+
+def skeleton_shape(value: Any, found: int) -> tuple | None:
+    """The shape of a legacy task whose arguments are only keys and lists of
+    keys (all ``found`` of them located), or None."""
+    shape = []
+    n = 0
+    for a in value[1:]:
+        t = type(a)
+        if t is str or (t is tuple and a and type(a[0]) is str):
+            shape.append(-1)
+            n += 1
+        elif t is list and a:
+            for e in a:
+                if not (type(e) is tuple and e and type(e[0]) is str) and type(e) is not str:
+                    return None
+            shape.append(len(a))
+            n += len(a)
+        else:
+            return None
+    return tuple(shape) if n == found and shape else None
+
+
+__all__ = ["ALIAS", "DATA", "SELF", "TASK", "LegacyReader", "Skeleton", "skeleton_shape"]

@@ -63,8 +63,8 @@ def materialize(expr: Any, keys: Any, cull: bool, validate: bool = False) -> Com
         return _compact(expr, cull, validate)
     except Unsupported as e:
         reason = str(e) or type(e).__name__
-    except Exception as e:  # a construct this path misreads: dask decides
-        logger.warning("compact materialization fell back to dask: %r", e)
+    except Exception as e:  # dask decides (and raises, if the graph is bad)
+        logger.debug("compact materialization fell back to dask", exc_info=True)
         reason = f"{type(e).__name__}: {e}"
     return stock_graph(expr, keys, cull, validate, reason)
 
@@ -245,8 +245,10 @@ def _merge(ops: list, validate: bool) -> CompactGraph:
                     seg.segments = segments
             dropped |= p.dropped
             report.extend(p.report)
-    if validate:
+    if validate:  # stock validates before dropping aliases to themselves
         for k in keys:
+            validate_key(k)
+        for k in dropped:
             validate_key(k)
     graph = CompactGraph(keys, codes, off, idx, ext, segments, dropped, annotations, report)
     for o in ops:
