@@ -32,7 +32,7 @@ from ._names import (
     _optimize_slices,
     convert_legacy_task,
 )
-from .legacy import ALIAS, DATA, TASK
+from .legacy import DATA
 
 SHIFT = 36
 MASK = (1 << SHIFT) - 1
@@ -130,7 +130,7 @@ class ValueSource:
         if kind == NODE:
             return v
         if kind == TEMPLATE:
-            v = v[0].rebuild(v[1:])
+            return v[0].build(key, v[1:])
         t = convert_legacy_task(key, v, dep_keys)
         if not isinstance(t, GraphNode):
             t = DataNode(key, t)

@@ -159,10 +159,10 @@ class GraphLayers:
         if self.blockwise:
             bw = self.blockwise
             for k in mkeys:
-                if type(k) is tuple:
-                    w = bw.get(k[0])
-                    if w is not None and len(k) == w.ndim + 1 and w.locate_coords(k[1:]) is not None:
-                        raise Unsupported(f"key {k!r} in two layers")
+                if type(k) is tuple and k[0] in bw:
+                    # a block of that layer, or a key its cull would take
+                    # for one (Blockwise.cull reads every wanted key[0])
+                    raise Unsupported(f"key {k!r} of a materialized layer is named like a Blockwise layer")
             for v in self.views.values():
                 v.bind(bw)
 

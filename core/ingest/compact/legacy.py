@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._names import GraphNode, _is_dask_future
+from ._names import Alias, GraphNode, Task, _identity_cast, _is_dask_future
 from .setorder import Collector, aliases_frozenset
 from .unsupported import Unsupported
 
@@ -269,6 +269,22 @@ class Skeleton:
         self.head = head
         self.shape = shape
         self.nkeys = sum(1 if n < 0 else n for n in shape)
+
+    def build(self, key: Any, keys: tuple) -> Any:
+        """What ``convert_legacy_task(key, self.rebuild(keys), ...)`` returns
+        (every argument key being a key of the graph), built directly: each
+        key becomes ``Alias(k)``, each list of keys a nested
+        ``Task(None, _identity_cast, Alias(k), ..., typ=list)``."""
+        args: list = []
+        i = 0
+        for n in self.shape:
+            if n < 0:
+                args.append(Alias(keys[i]))
+                i += 1
+            else:
+                args.append(Task(None, _identity_cast, *[Alias(k) for k in keys[i : i + n]], typ=list))
+                i += n
+        return Task(key, self.head, *args)
 
     def rebuild(self, keys: tuple) -> tuple:
         """The legacy tuple, with ``keys`` (in argument order) in place."""
