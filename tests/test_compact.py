@@ -497,3 +497,35 @@ def test_random_array_expressions(exprs, fuse):
         header, frames, keys = submission(*exprs)
         dsk, ann, graph = both(header, frames, keys)
         assert_same(dsk, ann, graph)
+
+
+# ---------------------------------------------------------------------------
+# the measurement script
+# ---------------------------------------------------------------------------
+
+
+def test_compact_bench_script(tmp_path):
+    """benchmarks/compact_bench.py runs end to end on a small submission and
+    reports both engines on the same tasks."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "compact_bench.py")
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, script, "--workload", "array", "--tasks", "2000", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())["array"]
+    stock, compact = res["time"]["stock"][0], res["time"]["compact"][0]
+    assert stock["tasks"] == compact["tasks"] > 1000
+    assert res["rss"]["compact"][0]["rss_bytes_per_task"] > 0
+    built = res["run_spec"]["compact"][0]["build_us_by_source"]
+    assert sum(v["tasks"] for v in built.values()) == compact["tasks"]
+    assert built["BlockSource"]["tasks"] > built["ValueSource"]["tasks"] > 0
+    assert {r["path"] for r in compact["report"]} <= {"compact", "kept"}
