@@ -422,20 +422,7 @@ class BlockwiseLayer:
         if key is None:
             key = (self.output, *coords)
         if not self._fast:
-            dsk = _make_blockwise_graph(
-                self._task,
-                self.output,
-                self._out_indices,
-                *list(itertools.chain.from_iterable(self._indices)),
-                numblocks=self._numblocks,
-                concatenate=self._concatenate,
-                new_axes=self._new_axes,
-                output_blocks=[coords],
-                dims=self._dims,
-                io_deps=self._io_deps,
-                keys=self._tokens,
-            )
-            (task,) = dsk.values()
+            task = self.build_reference(local)
             if task.key != key:
                 task = task.substitute({}, key=key)
             return task
@@ -467,7 +454,8 @@ class BlockwiseLayer:
         return Task(key, tmpl.func, *args, _data_producer=tmpl._data_producer, **kwargs)
 
     def build_reference(self, local: int) -> Any:
-        """The block as dask's own ``_make_blockwise_graph`` builds it (tests)."""
+        """The block as dask's own ``_make_blockwise_graph`` builds it (the
+        exact builder, and the reference the fast one is tested against)."""
         coords = self.coords(local)
         dsk = _make_blockwise_graph(
             self._task,
@@ -484,9 +472,3 @@ class BlockwiseLayer:
         )
         (task,) = dsk.values()
         return task
-
-    @property
-    def is_subgraph(self) -> bool:
-        from ._names import _execute_subgraph
-
-        return self.template.func is _execute_subgraph
