@@ -174,7 +174,7 @@ def main() -> None:
     if args.tasks > 200_000:
         print("note: the shared machine's limit is 200,000 tasks; the lead runs 1M", file=sys.stderr)
     from slimgraph.bench import payload as payload_mod
-    from slimgraph.bench import workloads
+    from slimgraph import workloads
 
     results = {}
     for w in args.workload or ["array", "delayed"]:

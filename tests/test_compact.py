@@ -30,7 +30,7 @@ from distributed.scheduler import _cull, _materialize_graph
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slimgraph.bench import workloads
+from slimgraph import workloads
 from slimgraph.ingest.compact import CompactGraph, materialize
 from slimgraph.ingest.compact.blockwise import BlockwiseLayer
 from slimgraph.order import order_indexed
