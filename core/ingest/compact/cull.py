@@ -1,0 +1,344 @@
+"""dask's ``HighLevelGraph.cull``, replayed on locations.
+
+What dask does: it walks the layers in ``reversed(hlg._toposort_layers())``
+with one set of wanted keys, ``keys_set``. Each layer culls itself against
+that set and reports every kept key's dependencies; ``keys_set`` gains the
+dependencies and loses the kept keys; a layer that keeps nothing is
+dropped. The culled graph lists the kept layers in that walk order, each in
+its own iteration order. Two details decide the result beyond "what is
+reachable":
+
+* a materialized layer keeps *all* its keys when ``len(keys_set)`` equals
+  its size, whether they are wanted or not (and reports all their
+  dependencies), so the size of ``keys_set`` at each step matters: it
+  counts keys outside the graph and keys a layer re-adds for itself;
+* a layer culled to a subset lists it in the iteration order of a set
+  derived from ``keys_set``, whose layout depends on the whole history of
+  insertions and removals. That cannot be replayed without the set itself.
+
+:func:`cull_locations` replays the walk on a bytearray of locations (which
+keys are in ``keys_set``) plus a set for keys outside the graph, so it knows
+each step's ``len(keys_set)`` exactly. A layer kept whole keeps its own
+order; a layer culled to a single key has a trivial order; a layer culled to
+several keys raises :class:`OrderDependent`, and the caller runs dask's own
+cull instead (exact by construction, slower).
+
+Reading a materialized value's dependencies is the expensive part, and the
+walk visits exactly the kept values in the culled graph's order, so it
+records what it read (:class:`ValueDeps`) for the assembly to reuse.
+"""
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+from ._names import GraphNode
+from .graph import NODE
+from .legacy import Skeleton, skeleton_shape
+from .layers import BLOCKWISE, LEGACY, NODES, GraphLayers
+from .unsupported import OrderDependent, Unsupported
+
+
+#: a selection item ``(RUN, [locations])``: consecutive kept one-key node
+#: layers without annotations (a delayed graph's layers), in culled order
+RUN = -1
+
+
+class ValueDeps:
+    """Per kept materialized value, in the culled order: what it converts
+    to and its dependencies in the order of the frozenset its node would
+    hold, each a location (>= 0) or ``~n`` for ``ext_keys[n]``, a key no
+    layer has."""
+
+    __slots__ = ("kinds", "off", "items", "ext_keys", "skel", "tstart", "titems", "skeletons", "_skel_ids")
+
+    def __init__(self) -> None:
+        self.kinds = bytearray()
+        self.off = array("i", [0])
+        self.items = array("q")
+        self.ext_keys: list = []
+        #: per record: the Skeleton id of a legacy task made of keys only
+        #: (-1: none), and where its keys' locations, in argument order,
+        #: start in ``titems``
+        self.skel = array("i")
+        self.tstart = array("q")
+        self.titems = array("q")
+        self.skeletons: list = []
+        self._skel_ids: dict = {}
+
+    def read(self, key: Any, value: Any, legacy_layer: bool, locate: Any, reader: Any, refs: list) -> None:
+        """Record ``value``'s dependencies; append to ``refs`` the
+        locations dask's cull counts (and return keys outside it through
+        ``refs`` as ``~n``, only for node layers, as dask's cull does)."""
+        items = self.items
+        self.skel.append(-1)
+        self.tstart.append(-1)
+        if isinstance(value, GraphNode):
+            self.kinds.append(NODE)
+            for d in value.dependencies:
+                loc = locate(d)
+                if loc is None:
+                    n = len(self.ext_keys)
+                    self.ext_keys.append(d)
+                    items.append(~n)
+                    if not legacy_layer:
+                        refs.append(~n)
+                else:
+                    items.append(loc)
+                    refs.append(loc)
+        else:
+            kind, fs, locs, in_order = reader.dependencies(key, value)
+            self.kinds.append(kind)
+            if kind == 3:  # SELF: the cull counts the key itself
+                refs.extend(locs.values())
+            elif kind == 0 and in_order:
+                shape = skeleton_shape(value, len(in_order))
+                if shape is not None:
+                    sid = self._skeleton(value[0], shape)
+                    self.skel[-1] = sid
+                    self.tstart[-1] = len(self.titems)
+                    self.titems.extend(in_order)
+            for d in fs:
+                loc = locs.get(d)
+                if loc is None:
+                    n = len(self.ext_keys)
+                    self.ext_keys.append(d)
+                    items.append(~n)
+                else:
+                    items.append(loc)
+                    refs.append(loc)
+        self.off.append(len(items))
+
+
+    def _skeleton(self, head: Any, shape: tuple) -> int:
+        k = (id(head), shape)
+        sid = self._skel_ids.get(k)
+        if sid is None:
+            sid = self._skel_ids[k] = len(self.skeletons)
+            self.skeletons.append(Skeleton(head, shape))
+        return sid
+
+
+def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) -> tuple[list, ValueDeps]:
+    """``[(unit, locations)]`` of the culled graph in its layer order, and
+    the dependencies read on the way.
+
+    ``locations`` is a ``range`` (the whole layer) or a one-element tuple;
+    ``(RUN, locations)`` stands for several one-key node layers.
+    ``toposorted`` is ``hlg._toposort_layers()``; ``wanted`` the keys the
+    optimizer culls to.
+    """
+    total = gl.total
+    inset = bytearray(total)  # the location's key is in keys_set
+    # occurrences of the location's key in layers not walked yet (a key
+    # repeated by several materialized layers counts at its first location)
+    remaining = bytearray(b"\x01") * total
+    canon = gl.canon
+    for first, n in gl.occurrences.items():
+        if n > 255:
+            raise Unsupported("a key repeated by more than 255 layers")
+        remaining[first] = n
+    dup_units = gl.dup_units
+    ext: set = set()  # keys in keys_set that no layer has
+    count = 0  # located keys in keys_set
+    locate = gl.locate
+    for k in wanted:
+        loc = locate(k)
+        if loc is None:
+            ext.add(k)
+        elif not inset[loc]:
+            inset[loc] = 1
+            count += 1
+    if any(len(name) < 2 for name in gl.blockwise):
+        # Blockwise.cull compares key[0] with its name for every wanted key
+        # (a str key's first character, too)
+        raise Unsupported("Blockwise layer with a one-character name")
+
+    store = ValueDeps()
+    ext_keys = store.ext_keys
+    kinds = gl.kinds
+    starts = gl.starts
+    sizes = gl.sizes
+    views = gl.views
+    mkeys = gl.mkeys
+    mvals = gl.mvals
+    unit_of_name = gl.unit_of_name
+    out: list = []
+    refs: list = []
+    bw_ext: list = []
+    read = store.read
+    skinds = store.kinds
+    sskel = store.skel
+    ststart = store.tstart
+    soff = store.off
+    items = store.items
+    #: one-key node layers that need the general path
+    plain_excluded = dup_units | set(gl.annotations)
+    run: Any = None
+    run_item: Any = None
+
+    for name in reversed(toposorted):
+        u = unit_of_name[name]
+        s = starts[u]
+        if kinds[u] == BLOCKWISE:
+            v = views[u]
+            span = v.total
+            _check_wanted_outside(ext, gl)
+            n_in = inset.count(1, s, s + span)
+            if n_in == 0:
+                remaining[s : s + span] = bytes(span)
+                continue
+            if n_in == v.total and v.size == v.total:
+                locs: Any = range(s, s + v.size)
+            elif n_in == 1:
+                locs = [inset.index(1, s, s + span)]
+            else:
+                raise OrderDependent(f"Blockwise layer {name!r} culled to {n_in} of {v.total} blocks")
+            if not v.cull_free:
+                cd = v.cull_dependencies
+                for loc in locs:
+                    refs.clear()
+                    bw_ext.clear()
+                    cd(loc - s, locate, refs, bw_ext)
+                    for d in refs:
+                        if not remaining[d]:
+                            raise Unsupported(f"layer {name!r} needs a key of a layer walked before it")
+                        if not inset[d]:
+                            inset[d] = 1
+                            count += 1
+                    if bw_ext:
+                        ext.update(bw_ext)
+            for loc in locs:
+                if inset[loc]:
+                    inset[loc] = 0
+                    count -= 1
+            remaining[s : s + span] = bytes(span)
+            out.append((u, locs))
+            continue
+
+        size = sizes[u]
+        if size == 1 and kinds[u] == NODES and u not in plain_excluded:
+            # one Delayed object's layer: the common case, inlined
+            if not inset[s] and count + len(ext) != 1:
+                remaining[s] = 0
+                continue
+            skinds.append(NODE)
+            sskel.append(-1)
+            ststart.append(-1)
+            for d in mvals[s].dependencies:
+                loc = locate(d)
+                if loc is None:
+                    items.append(~len(ext_keys))
+                    ext_keys.append(d)
+                    ext.add(d)
+                    continue
+                items.append(loc)
+                if not remaining[loc]:
+                    raise Unsupported(f"layer {name!r} needs a key of a layer walked before it")
+                if not inset[loc]:
+                    inset[loc] = 1
+                    count += 1
+            soff.append(len(items))
+            if inset[s]:
+                inset[s] = 0
+                count -= 1
+            remaining[s] = 0
+            if run is not None and out[-1] is run_item:
+                run.append(s)
+            else:
+                run = [s]
+                run_item = (RUN, run)
+                out.append(run_item)
+            continue
+        legacy = kinds[u] == LEGACY
+        dup = u in dup_units
+        if count + len(ext) == size:
+            locs = range(s, s + size)
+        elif size == 1 and not dup:
+            if not inset[s]:
+                remaining[s] = 0
+                continue
+            locs = (s,)
+        else:
+            if dup:
+                wanted_locs = [loc for loc in range(s, s + size) if inset[canon.get(loc, loc)]]
+                n_in = len(wanted_locs)
+            else:
+                n_in = inset.count(1, s, s + size)
+            if n_in == 0:
+                _close(remaining, s, size, dup, canon)
+                continue
+            if n_in > 1:
+                raise OrderDependent(f"layer {name!r} culled to {n_in} of {size} keys")
+            loc = wanted_locs[0] if dup else inset.index(1, s, s + size)
+            probe = ValueDeps()
+            refs.clear()
+            probe.read(mkeys[loc], mvals[loc], legacy, locate, reader, refs)
+            here = {canon.get(x, x) for x in range(s, s + size)} if dup else range(s, s + size)
+            me = canon.get(loc, loc)
+            for d in refs:
+                if d >= 0 and d != me and d in here:
+                    raise OrderDependent(f"layer {name!r} culled to a key with dependencies in the layer")
+            locs = (loc,)
+        for loc in locs:
+            refs.clear()
+            read(mkeys[loc], mvals[loc], legacy, locate, reader, refs)
+            for d in refs:
+                if d < 0:
+                    ext.add(ext_keys[~d])
+                    continue
+                if not remaining[d]:
+                    raise Unsupported(f"layer {name!r} needs a key of a layer walked before it")
+                if not inset[d]:
+                    inset[d] = 1
+                    count += 1
+            c = canon.get(loc, loc) if dup else loc
+            if inset[c]:
+                inset[c] = 0
+                count -= 1
+        _close(remaining, s, size, dup, canon)
+        out.append((u, locs))
+    return out, store
+
+
+def _close(remaining: bytearray, s: int, size: int, dup: bool, canon: dict) -> None:
+    """Mark a walked layer's keys (a repeated key: one occurrence fewer)."""
+    if not dup:
+        if size == 1:
+            remaining[s] = 0
+        else:
+            remaining[s : s + size] = bytes(size)
+        return
+    for loc in range(s, s + size):
+        c = canon.get(loc, loc)
+        remaining[c] -= 1
+
+
+def _check_wanted_outside(ext: set, gl: GraphLayers) -> None:
+    """Keys outside the graph that a Blockwise layer's cull would misread:
+    tuples named like one of its layers (it would take them for blocks),
+    and keys that are not str or tuple (dask's cull fails on them)."""
+    for k in ext:
+        t = type(k)
+        if t is tuple:
+            if k and type(k[0]) is str and k[0] in gl.blockwise:
+                raise Unsupported(f"key {k!r} names a Blockwise layer but is not one of its blocks")
+        elif t is not str:
+            raise Unsupported(f"key {k!r} of type {t.__name__} outside the graph")
+
+
+def read_all(gl: GraphLayers, selection: list, reader: Any) -> ValueDeps:
+    """The :class:`ValueDeps` of every selected materialized value, for a
+    selection this module did not cull (dask culled it, or nothing did)."""
+    store = ValueDeps()
+    refs: list = []
+    mkeys = gl.mkeys
+    mvals = gl.mvals
+    locate = gl.locate
+    for u, locs in selection:
+        if gl.kinds[u] == BLOCKWISE:
+            continue
+        legacy = gl.kinds[u] == LEGACY
+        for loc in locs:
+            store.read(mkeys[loc], mvals[loc], legacy, locate, reader, refs)
+    return store

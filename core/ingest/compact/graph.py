@@ -1,0 +1,409 @@
+"""The compact graph: what the engine reads instead of dask's materialized dict.
+
+Per task it holds the key (one canonical object), its dependencies as int
+indices in a CSR pair of arrays (4 bytes an edge, no int or tuple objects),
+and an 8-byte *source code*: a segment number and a position in it. A
+segment is one of
+
+* :class:`BlockSource` -- a Blockwise layer's factory (position: the block);
+* :class:`ValueSource` -- values kept as they arrived (``GraphNode``
+  objects, or legacy tuples with the kind they convert to);
+* :class:`FusedSource` -- linear chains fused the way
+  ``fuse_linear_task_spec`` fuses them (position: the chain);
+* :class:`AliasSource` -- the ``Alias`` that fusion leaves at a chain's
+  top key, pointing to the fused task.
+
+``run_spec(i)`` builds the node dask would have built for task ``i``;
+``data_producer(i)``, ``truthy(i)`` and ``is_data(i)`` answer without
+building it.
+"""
+from __future__ import annotations
+
+from array import array
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from ._names import (
+    Alias,
+    DataNode,
+    GraphNode,
+    Task,
+    _optimize_slices,
+    convert_legacy_task,
+)
+from .legacy import DATA
+
+SHIFT = 36
+MASK = (1 << SHIFT) - 1
+
+#: ValueSource kinds beyond legacy's TASK / ALIAS / DATA
+NODE = 4
+#: a legacy task kept as ``(Skeleton, key, ...)`` (see legacy.Skeleton)
+TEMPLATE = 5
+
+
+@dataclass
+class LayerReport:
+    """Which path one layer (or the whole graph) took."""
+
+    name: str
+    #: the layer's type (``Blockwise``, ``MaterializedLayer``, ...), or the
+    #: expression's type for a whole-graph fallback
+    type: str
+    #: ``compact``: read from the layer without materializing it;
+    #: ``kept``: dask's objects kept as they arrived (nodes in a
+    #: materialized layer, legacy tuples converted when read);
+    #: ``dask``: materialized by dask itself
+    path: str
+    tasks: int
+    #: why the layer or graph went to dask (``path == "dask"``)
+    reason: str = ""
+    #: how many layers this entry stands for: consecutive one-task layers of
+    #: the same type and path (a delayed graph's one layer per Delayed) are
+    #: reported once, ``name`` being the first of them
+    layers: int = 1
+
+
+def add_report(report: list, name: str, type_: str, path: str, tasks: int, reason: str = "") -> None:
+    """Append an entry, folding one-task layers into the previous entry of
+    the same kind (a report entry per Delayed would cost more than the
+    compact graph itself)."""
+    if tasks <= 1 and report:
+        last = report[-1]
+        if last.type == type_ and last.path == path and last.reason == reason and last.tasks <= last.layers:
+            last.tasks += tasks
+            last.layers += 1
+            return
+    report.append(LayerReport(name, type_, path, tasks, reason))
+
+
+class BlockSource:
+    """Run_specs of one Blockwise layer's blocks (see :mod:`.blockwise`)."""
+
+    __slots__ = ("view", "live")
+
+    def __init__(self, view: Any):
+        self.view = view
+        self.live = 0
+
+    def build(self, graph: "CompactGraph", i: int, local: int) -> Any:
+        return self.view.build(local, graph.keys[i])
+
+    def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:
+        return self.view.build(local, key)
+
+    def data_producer(self, local: int) -> bool:
+        return self.view.data_producer
+
+    def is_data(self, local: int) -> bool:
+        return False
+
+    def truthy(self, local: int) -> bool:
+        return True
+
+    def release(self, local: int) -> bool:
+        self.live -= 1
+        return self.live <= 0
+
+
+class ValueSource:
+    """Values kept as they arrived, with what each converts to."""
+
+    __slots__ = ("values", "kinds", "live")
+
+    def __init__(self) -> None:
+        self.values: list = []
+        self.kinds = bytearray()
+        self.live = 0
+
+    def build(self, graph: "CompactGraph", i: int, local: int) -> Any:
+        kind = self.kinds[local]
+        v = self.values[local]
+        if kind == NODE:
+            return v
+        return self.build_member(local, graph.keys[i], graph.legacy_keys(i))
+
+    def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:
+        v = self.values[local]
+        kind = self.kinds[local]
+        if kind == NODE:
+            return v
+        if kind == TEMPLATE:
+            return v[0].build(key, v[1:])
+        t = convert_legacy_task(key, v, dep_keys)
+        if not isinstance(t, GraphNode):
+            t = DataNode(key, t)
+        return t
+
+    def data_producer(self, local: int) -> bool:
+        kind = self.kinds[local]
+        if kind == NODE:
+            return bool(self.values[local].data_producer)
+        return kind == DATA
+
+    def is_data(self, local: int) -> bool:
+        kind = self.kinds[local]
+        if kind == NODE:
+            return isinstance(self.values[local], DataNode)
+        return kind == DATA
+
+    def truthy(self, local: int) -> bool:
+        if self.kinds[local] == NODE:
+            return bool(self.values[local])
+        return True
+
+    def release(self, local: int) -> bool:
+        self.values[local] = None
+        self.live -= 1
+        return self.live <= 0
+
+
+class FusedSource:
+    """Fused linear chains: ``Task.fuse`` of the members' run_specs."""
+
+    __slots__ = ("records", "segments", "live")
+
+    def __init__(self, segments: list):
+        #: per chain: (member codes, member keys), bottom first
+        self.records: list = []
+        self.segments = segments
+        self.live = 0
+
+    def build(self, graph: "CompactGraph", i: int, local: int) -> Any:
+        codes, keys = self.records[local]
+        segs = self.segments
+        members = []
+        for n, (code, k) in enumerate(zip(codes, keys)):
+            src = segs[code >> SHIFT]
+            dep_keys = graph.legacy_keys(i) if n == 0 else frozenset((keys[n - 1],))
+            members.append(src.build_member(code & MASK, k, dep_keys))
+        key = graph.keys[i]
+        task = Task.fuse(*members, key=key)
+        # as dask.array.optimization._optimize_slices does to every fused task
+        return _optimize_slices({key: task})[key]
+
+    def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:  # pragma: no cover
+        raise AssertionError("a fused task is never a chain member")
+
+    def _member_flags(self, local: int, flag: str) -> bool:
+        codes, _keys = self.records[local]
+        segs = self.segments
+        return any(getattr(segs[c >> SHIFT], flag)(c & MASK) for c in codes)
+
+    def data_producer(self, local: int) -> bool:
+        return self._member_flags(local, "data_producer")
+
+    def is_data(self, local: int) -> bool:
+        return False
+
+    def truthy(self, local: int) -> bool:
+        return True
+
+    def release(self, local: int) -> bool:
+        self.records[local] = None
+        self.live -= 1
+        return self.live <= 0
+
+
+class AliasSource:
+    """The Alias fusion leaves at a chain's top key: ``Alias(top, fused)``."""
+
+    __slots__ = ("live",)
+
+    def __init__(self) -> None:
+        self.live = 0
+
+    def build(self, graph: "CompactGraph", i: int, local: int) -> Any:
+        (target,) = graph.deps[i]
+        return Alias(graph.keys[i], target=graph.keys[target])
+
+    def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:  # pragma: no cover
+        raise AssertionError("an alias is never a chain member")
+
+    def data_producer(self, local: int) -> bool:
+        return False
+
+    def is_data(self, local: int) -> bool:
+        return False
+
+    def truthy(self, local: int) -> bool:
+        return True
+
+    def release(self, local: int) -> bool:
+        self.live -= 1
+        return self.live <= 0
+
+
+class Deps(Sequence):
+    """``deps[i]``: task ``i``'s dependency indices (a tuple, built on
+    access from the CSR arrays), in the iteration order of the frozenset
+    stock's run_spec holds, keys outside the graph left out."""
+
+    __slots__ = ("off", "idx")
+
+    def __init__(self, off: array, idx: array):
+        self.off = off
+        self.idx = idx
+
+    def __len__(self) -> int:
+        return len(self.off) - 1
+
+    def __getitem__(self, i: int) -> tuple:  # type: ignore[override]
+        off = self.off
+        return tuple(self.idx[off[i] : off[i + 1]])
+
+    def __iter__(self) -> Iterator[tuple]:
+        off = self.off
+        idx = self.idx
+        a = off[0]
+        for j in range(1, len(off)):
+            b = off[j]
+            yield tuple(idx[a:b])
+            a = b
+
+    def size(self, i: int) -> int:
+        return self.off[i + 1] - self.off[i]
+
+
+class DependencySets(Sequence):
+    """Lazy ``run_spec(i).dependencies`` by index."""
+
+    __slots__ = ("graph",)
+
+    def __init__(self, graph: "CompactGraph"):
+        self.graph = graph
+
+    def __len__(self) -> int:
+        return len(self.graph.keys)
+
+    def __getitem__(self, i: int) -> frozenset:  # type: ignore[override]
+        return self.graph.dependencies(i)
+
+
+class CompactGraph:
+    """A materialized submission without a dask node per task.
+
+    ``keys``, ``deps`` and ``external`` describe the graph in stock's order;
+    ``run_spec(i)`` is equal to stock's ``dsk[keys[i]]`` (``==``, same
+    ``dask.base.tokenize``); ``annotations`` equals the annotations by type
+    ``_materialize_graph`` returns; ``report`` says per layer which path it
+    took.
+    """
+
+    def __init__(
+        self,
+        keys: list,
+        codes: array,
+        off: array,
+        idx: array,
+        external: dict,
+        segments: list,
+        dropped: set,
+        annotations: Any,
+        report: list,
+    ):
+        self.keys = keys
+        self.codes = codes
+        self.deps = Deps(off, idx)
+        #: i -> external dependency keys of task i (keys no task of the
+        #: graph has: persisted data, futures), in their set order
+        self.external = external
+        self.segments = segments
+        #: keys dask dropped as aliases to themselves; other tasks may still
+        #: reference them (they then depend on a key outside the graph)
+        self.dropped = dropped
+        self.annotations = annotations
+        self.report = report
+        # a segment lives while a task, or a fused chain member, uses it
+        for code in codes:
+            segments[code >> SHIFT].live += 1
+        for seg in segments:
+            if type(seg) is FusedSource:
+                for member_codes, _keys in seg.records:
+                    for c in member_codes:
+                        segments[c >> SHIFT].live += 1
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def edges(self) -> int:
+        return len(self.deps.idx) + sum(map(len, self.external.values()))
+
+    def _source(self, i: int) -> tuple:
+        code = self.codes[i]
+        src = self.segments[code >> SHIFT]
+        if src is None:
+            raise KeyError(f"task {i} ({self.keys[i]!r}) has been released")
+        return src, code & MASK
+
+    def run_spec(self, i: int) -> Any:
+        """The node stock would hold for task ``i``, built now."""
+        src, local = self._source(i)
+        return src.build(self, i, local)
+
+    def data_producer(self, i: int) -> bool:
+        src, local = self._source(i)
+        return src.data_producer(local)
+
+    def is_data(self, i: int) -> bool:
+        """Whether the run_spec is a ``DataNode``."""
+        src, local = self._source(i)
+        return src.is_data(local)
+
+    def truthy(self, i: int) -> bool:
+        """``bool(run_spec(i))`` (stock's pure-data test)."""
+        src, local = self._source(i)
+        return src.truthy(local)
+
+    def dependencies(self, i: int) -> frozenset:
+        """The run_spec's own dependency frozenset (its layout is stock's)."""
+        return self.run_spec(i).dependencies
+
+    def legacy_keys(self, i: int) -> frozenset:
+        """The keys a legacy value of task ``i`` references: what
+        ``convert_legacy_task`` needs to know of the graph's keys."""
+        keys = self.keys
+        ks = [keys[j] for j in self.deps[i]]
+        ext = self.external.get(i)
+        if ext and self.dropped:
+            ks.extend(k for k in ext if k in self.dropped)
+        return frozenset(ks)
+
+    def release(self, i: int) -> None:
+        """Forget task ``i``'s source (stock drops a run_spec when its task
+        is forgotten); a segment goes when its last task does."""
+        code = self.codes[i]
+        src = self.segments[code >> SHIFT]
+        if type(src) is FusedSource and src.records[code & MASK] is not None:
+            for c in src.records[code & MASK][0]:
+                self._release_code(c)
+        self._release_code(code)
+
+    def _release_code(self, code: int) -> None:
+        seg_no = code >> SHIFT
+        src = self.segments[seg_no]
+        if src is not None and src.release(code & MASK):
+            self.segments[seg_no] = None
+
+    def data_indices(self) -> list:
+        """Indices of the tasks whose run_spec is a ``DataNode`` (what
+        ``dask.order`` treats as data)."""
+        return [i for i in range(len(self.keys)) if self.is_data(i)]
+
+    def dependency_sets(self) -> "DependencySets":
+        """``sets[i]``: task ``i``'s run_spec dependency frozenset, built on
+        access (for an ordering that reads a few of them)."""
+        return DependencySets(self)
+
+    def positions(self) -> dict:
+        """key -> index (a temporary for the engine; not kept here)."""
+        return dict(zip(self.keys, range(len(self.keys))))
+
+    def to_dict(self) -> dict:
+        """``{key: run_spec}``: stock's materialized dict, built (tests)."""
+        return {k: self.run_spec(i) for i, k in enumerate(self.keys)}
+
+    def empty_annotations(self) -> defaultdict:
+        return defaultdict(dict)

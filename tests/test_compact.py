@@ -1,0 +1,531 @@
+"""slimgraph.ingest.compact must give exactly stock's materialized graph.
+
+Every test builds the expression a Client sends (``FinalizeCompute`` of the
+collections, optimized, pickled and unpickled as the scheduler receives
+it), materializes one copy with distributed's ``_materialize_graph`` (and
+``_cull`` where update_graph culls) and another with
+:func:`slimgraph.ingest.compact.materialize`, in the same process (set
+iteration orders depend on the hash seed), and compares: the keys and
+their order, each task's dependencies in the iteration order of stock's
+frozenset (and the keys outside the graph), each run_spec node by node
+(types, keys, functions, arguments; ``==`` and ``dask.base.tokenize``),
+``data_producer``, truthiness, the annotations by type, and
+``dask.order.order`` on both graphs.
+"""
+from __future__ import annotations
+
+import operator
+import pickle
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from dask._expr import FinalizeCompute
+from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef
+from dask.base import collections_to_expr, tokenize
+from dask.order import order as dask_order
+from distributed.protocol.serialize import deserialize, serialize, to_serialize
+from distributed.scheduler import _cull, _materialize_graph
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slimgraph import workloads
+from slimgraph.ingest.compact import CompactGraph, materialize
+from slimgraph.ingest.compact.blockwise import BlockwiseLayer
+from slimgraph.order import order_indexed
+
+
+# ---------------------------------------------------------------------------
+# the comparison
+# ---------------------------------------------------------------------------
+
+
+def submission(*collections, optimize_graph: bool = True, finalize: bool = True):
+    """What update_graph receives: the pickled expression and the keys."""
+    expr = collections_to_expr(list(collections), optimize_graph)
+    if finalize:
+        expr = FinalizeCompute(expr)
+    expr = expr.optimize()
+    keys = set(dask.core.flatten(expr.__dask_keys__()))
+    header, frames = serialize(to_serialize(expr), on_error="raise")
+    return header, frames, keys
+
+
+def both(header, frames, keys, cull: bool = False, same_object: bool = False):
+    """Stock's (dsk, annotations) and the compact graph, each from its own
+    unpickled copy of the expression; or (``same_object``) both from one
+    copy, compact first: a Future unpickles with a new id, which its token
+    includes, so two copies of a graph holding futures never compare equal."""
+    expr = deserialize(header, frames)
+    graph = materialize(expr if same_object else deserialize(header, frames), keys, cull)
+    dsk, ann = _materialize_graph(expr=expr, validate=False)
+    if cull:
+        dsk = _cull(dsk, set(keys))
+    return dsk, ann, graph
+
+
+def assert_same_node(a, b, path="run_spec"):
+    """Node by node: same types, keys, functions and arguments."""
+    assert type(a) is type(b), (path, type(a), type(b))
+    if isinstance(a, TaskRef):
+        assert a.key == b.key, (path, a.key, b.key)
+        return
+    if isinstance(a, Alias):
+        assert (a.key, a.target) == (b.key, b.target), (path, a, b)
+        assert a.dependencies == b.dependencies
+        return
+    if isinstance(a, DataNode):
+        assert a.key == b.key, (path, a.key, b.key)
+        assert tokenize(a.value) == tokenize(b.value), (path, a.value, b.value)
+        return
+    if isinstance(a, Task):
+        assert a.key == b.key, (path, a.key, b.key)
+        assert a.func == b.func or tokenize(a.func) == tokenize(b.func), (path, a.func, b.func)
+        assert a._data_producer == b._data_producer, path
+        assert len(a.args) == len(b.args), (path, a.args, b.args)
+        for n, (x, y) in enumerate(zip(a.args, b.args)):
+            assert_same_value(x, y, f"{path}.args[{n}]")
+        assert list(a.kwargs) == list(b.kwargs), path
+        for k in a.kwargs:
+            assert_same_value(a.kwargs[k], b.kwargs[k], f"{path}.kwargs[{k!r}]")
+        assert list(a.dependencies) == list(b.dependencies), (path, a.dependencies, b.dependencies)
+        return
+    raise AssertionError(f"{path}: unexpected node type {type(a)}")
+
+
+def assert_same_value(x, y, path):
+    if isinstance(x, (GraphNode, TaskRef)):
+        assert_same_node(x, y, path)
+    elif isinstance(x, dict):
+        assert type(x) is type(y) and list(x) == list(y), (path, x, y)
+        for k in x:
+            assert_same_value(x[k], y[k], f"{path}[{k!r}]")
+    elif isinstance(x, (tuple, list)) and any(isinstance(e, (GraphNode, TaskRef)) for e in x):
+        assert type(x) is type(y) and len(x) == len(y), (path, x, y)
+        for n, (e, f) in enumerate(zip(x, y)):
+            assert_same_value(e, f, f"{path}[{n}]")
+    else:
+        assert type(x) is type(y), (path, x, y)
+        assert tokenize(x) == tokenize(y), (path, x, y)
+
+
+def assert_same(dsk: dict, ann, graph: CompactGraph, specs: bool = True) -> None:
+    keys = list(dsk)
+    assert graph.keys == keys
+    pos = dict(zip(keys, range(len(keys))))
+    for i, k in enumerate(keys):
+        node = dsk[k]
+        order = list(node.dependencies)
+        assert list(graph.deps[i]) == [pos[d] for d in order if d in pos], k
+        assert list(graph.external.get(i, ())) == [d for d in order if d not in pos], k
+        assert graph.data_producer(i) == node.data_producer, k
+        assert graph.truthy(i) == bool(node), k
+        assert graph.is_data(i) == isinstance(node, DataNode), k
+        if specs:
+            spec = graph.run_spec(i)
+            assert spec == node, k
+            assert tokenize(spec) == tokenize(node), k
+            assert_same_node(spec, node, f"dsk[{k!r}]")
+    assert type(graph.annotations) is type(ann)
+    assert dict(graph.annotations) == dict(ann)
+    for t in ann:
+        assert list(graph.annotations[t]) == list(ann[t])
+    if specs and dsk:
+        expected = dask_order(dsk)
+        assert dask_order(graph.to_dict()) == expected
+        if not graph.external:
+            # the engine's ordering, on the compact graph's own integers
+            prio = order_indexed(
+                graph.keys, list(graph.deps), data=graph.data_indices(), dep_sets=graph.dependency_sets()
+            )
+            assert dict(zip(keys, prio)) == expected
+
+
+def compare(*collections, fallback: bool = False, same_object: bool = False, **kwargs) -> CompactGraph:
+    header, frames, keys = submission(*collections, **kwargs)
+    dsk, ann, graph = both(header, frames, keys, same_object=same_object)
+    assert_same(dsk, ann, graph)
+    whole = [r for r in graph.report if r.name == "<graph>"]
+    if fallback:
+        assert whole and whole[0].path == "dask", graph.report
+    else:
+        assert not whole, graph.report
+    assert sum(r.tasks for r in graph.report) >= len(graph)
+    return graph
+
+
+# ---------------------------------------------------------------------------
+# the bench's workloads
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [50, 2000, 20000])
+def test_bench_array(n):
+    g = compare(workloads.array(n))
+    paths = {r.type: r.path for r in g.report}
+    assert paths["Blockwise"] == "compact"
+
+
+@pytest.mark.parametrize("n", [50, 3000])
+def test_bench_delayed(n):
+    compare(workloads.delayed(n))
+
+
+def test_bench_array_without_fusion():
+    with dask.config.set({"optimization.fuse.active": False}):
+        compare(workloads.array(3000))
+
+
+# ---------------------------------------------------------------------------
+# dask.array, targeted
+# ---------------------------------------------------------------------------
+
+x24 = da.ones((24, 24), chunks=(3, 4))
+r24 = da.random.default_rng(42).random((24, 24), chunks=6)
+n24 = da.from_array(np.arange(24 * 24.0).reshape(24, 24), chunks=(5, 7))
+
+ARRAYS = {
+    "elementwise": lambda: (x24 + 1) * 2 - x24.T,
+    "two-inputs": lambda: x24 + r24,
+    "broadcast": lambda: x24 + da.arange(24, chunks=5),
+    "sum-axis0": lambda: (x24 + 1).sum(axis=0),
+    "mean-std": lambda: x24.mean(axis=1) + x24.std(axis=0),
+    "max-split": lambda: x24.max(split_every=3),
+    "cumsum": lambda: x24.cumsum(axis=1),
+    "rechunk": lambda: x24.rechunk((8, 6)),
+    "rechunk-sum": lambda: (x24.rechunk((5, 24)) + 1).sum(axis=1),
+    "slicing": lambda: x24[2:17:2, ::-1] + 1,
+    "int-index": lambda: x24[3] + x24[:, 5],
+    "fancy-index": lambda: x24[[1, 5, 7], :],
+    "from-array": lambda: n24[1:20, 3:9] * 2,
+    "from-array-sum": lambda: (n24 + 1).sum(),
+    "map-overlap": lambda: x24.map_overlap(lambda b: b * 2, depth=1, boundary="none"),
+    "map-overlap-periodic": lambda: n24.map_overlap(lambda b: b + 1, depth=(2, 1), boundary="periodic"),
+    "random": lambda: r24 + 1,
+    "dot": lambda: x24.dot(r24),
+    "tensordot": lambda: da.tensordot(x24, r24, axes=(1, 0)),
+    "reshape": lambda: x24.rechunk((3, 24)).reshape(576),
+    "concatenate": lambda: da.concatenate([x24, r24], axis=0).sum(axis=1),
+    "stack": lambda: da.stack([x24, r24]),
+    "map-blocks-block-id": lambda: x24.map_blocks(lambda b, block_id=None: b + block_id[0], dtype=float),
+    "map-blocks-block-info": lambda: x24.map_blocks(lambda b, block_info=None: b, dtype=float),
+    "where": lambda: da.where(x24 > 0, x24, r24),
+    "transpose-chain": lambda: (x24.T + 1).T[::3],
+    "argmax": lambda: r24.argmax(axis=0),
+    "store-like-getitem-chain": lambda: n24[2:][3:][::2],
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARRAYS))
+@pytest.mark.parametrize("fuse", [True, False])
+def test_array_expressions(name, fuse):
+    with dask.config.set({"optimization.fuse.active": fuse}):
+        compare(ARRAYS[name]())
+
+
+def test_two_arrays_at_once():
+    compare(x24.sum(axis=0), (r24 * 2).max(axis=1))
+
+
+def test_array_persist_like_submission():
+    """client.persist sends the collection without a finalize task."""
+    compare((x24 + 1)[::2], finalize=False)
+
+
+def test_array_without_graph_optimization():
+    compare((x24 + 1).sum(axis=0), optimize_graph=False)
+
+
+def test_annotations():
+    with dask.annotate(retries=3, workers=["a", "b"]):
+        a = da.ones((12, 12), chunks=4) + 1
+    with dask.annotate(priority=lambda k: k[1] if isinstance(k, tuple) else 0):
+        b = a.sum(axis=0)
+    with dask.config.set({"optimization.fuse.active": False}):
+        g = compare(b)
+    assert g.annotations["retries"] and g.annotations["priority"]
+    g = compare(b)  # fusion active: dask drops the layers' annotations
+    assert not g.annotations
+
+
+def test_annotations_of_delayed():
+    with dask.annotate(resources={"GPU": 1}, priority=lambda k: len(k)):
+        t = dask.delayed(operator.add)(1, 2)
+    g = compare(dask.delayed(operator.mul)(t, 3))
+    assert g.annotations["resources"] and g.annotations["priority"]
+
+
+# ---------------------------------------------------------------------------
+# delayed and bag
+# ---------------------------------------------------------------------------
+
+
+def test_delayed_shapes():
+    inc = dask.delayed(lambda v: v + 1, pure=True)
+    a = inc(1)
+    b = inc(a)
+    c = dask.delayed(sum)([a, b, inc(b)])
+    d = dask.delayed(dict)(x=c, y=[a, 3])
+    compare(d)
+    compare(dask.delayed(3))
+    compare(c, d)
+
+
+def test_delayed_with_unused_layers():
+    """A Delayed whose graph has more than it needs: the quirks of dask's
+    cull (a layer kept whole when len(keys_set) equals its size) count."""
+    inc = dask.delayed(lambda v: v + 1, pure=True)
+    base = [inc(i) for i in range(5)]
+    total = dask.delayed(sum)(base)
+    compare(total, base[2])
+
+
+def test_bag_falls_back():
+    import dask.bag as db
+
+    b = db.from_sequence(range(40), npartitions=8).map(lambda v: v + 1).fold(operator.add)
+    compare(b, fallback=True)
+
+
+def test_dataframe_falls_back():
+    g = compare(workloads.dataframe(40), fallback=True)
+    assert g.report[0].path == "dask" and g.report[0].tasks == len(g)
+
+
+def test_dict_graph_falls_back_and_culls():
+    """A low-level graph (client.get): distributed culls it itself."""
+    from dask._expr import LLGExpr
+
+    dsk = {"a": (operator.add, 1, 2), "b": (operator.mul, "a", 3), "unused": (operator.neg, "a")}
+    expr = LLGExpr(dsk)
+    header, frames = serialize(to_serialize(expr), on_error="raise")
+    d, ann, g = both(header, frames, {"b"}, cull=True)
+    assert_same(d, ann, g)
+    assert "unused" not in g.keys and g.report[0].path == "dask"
+
+
+# ---------------------------------------------------------------------------
+# persisted data and futures (a real in-process cluster)
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        with Client(cluster) as c:
+            yield c
+
+
+def test_persisted_array_inputs(client):
+    x = client.persist(da.ones((16, 16), chunks=4) + 1)
+    g = compare((x * 2).sum(axis=0), same_object=True)
+    assert g.external and g.dropped
+
+
+def test_future_inside_delayed(client):
+    fut = client.submit(operator.add, 1, 2)
+    inc = dask.delayed(lambda v: v + 1, pure=True)
+    g = compare(inc(inc(fut)), same_object=True)
+    assert g.external
+
+
+def test_future_inside_array_graph(client):
+    fut = client.scatter(np.ones((4, 4)))
+    a = da.from_delayed(dask.delayed(fut), shape=(4, 4), dtype=float)
+    compare(da.concatenate([a, da.ones((4, 4), chunks=4)]).sum(), same_object=True)
+
+
+def test_future_as_blockwise_argument(client):
+    """A future passed to a Blockwise operation: a constant TaskRef argument
+    whose key is outside the graph."""
+    fut = client.submit(operator.add, 1, 2)
+    g = compare(x24.map_blocks(operator.add, dask.delayed(fut), dtype=float).sum(axis=1), same_object=True)
+    assert g.external
+
+
+def test_p2p_rechunk_falls_back():
+    g = compare(x24.rechunk((24, 2), method="p2p").sum(), fallback=True)
+    assert "P2P" in g.report[0].reason
+
+
+# ---------------------------------------------------------------------------
+# the pieces
+# ---------------------------------------------------------------------------
+
+
+def test_blockwise_fast_builder_equals_dask():
+    """The template builder against _make_blockwise_graph, block by block."""
+    arrays = [(x24 + 1) * r24, x24.map_blocks(lambda b, block_id=None: b, dtype=float), da.ones((7, 5, 3), chunks=2) + 2]
+    for a in arrays:
+        hlg = a.__dask_graph__()
+        for name, layer in hlg.layers.items():
+            if type(layer).__name__ != "Blockwise":
+                continue
+            v = BlockwiseLayer(name, layer)
+            for local in range(v.size):
+                assert_same_node(v.build(local, v.key(local)), v.build_reference(local))
+
+
+def test_run_specs_pickle_and_run(client):
+    """Run_specs built on demand run on a worker: their dependencies travel."""
+    header, frames, keys = submission((x24 + 1).sum(axis=0))
+    g = materialize(deserialize(header, frames), keys, False)
+    dsk = {}
+    for i in range(len(g)):
+        spec = pickle.loads(pickle.dumps(g.run_spec(i)))
+        assert spec.key == g.keys[i]
+        dsk[g.keys[i]] = spec
+    # the rebuilt run_specs computed by a real scheduler and worker
+    (out,) = [k for k in g.keys if isinstance(k, str) and k.startswith("finalize")]
+    result = client.get(dsk, out)
+    np.testing.assert_array_equal(result, ((x24 + 1).sum(axis=0)).compute(scheduler="sync"))
+
+
+def test_release_frees_sources():
+    """Released tasks drop their sources; a layer's template goes with its
+    last task, fused chains keep their members' layers alive until then."""
+    a = (n24.rechunk((5, 24)) + 1)[2:9].sum(axis=0)  # chains through slicing
+    header, frames, keys = submission(a)
+    dsk, ann, g = both(header, frames, keys)
+    assert any(type(s).__name__ == "FusedSource" for s in g.segments)
+    order = list(range(len(g)))
+    order.reverse()
+    alive = dict(enumerate(g.keys))
+    for i in order:
+        g.release(i)
+        del alive[i]
+        for j in list(alive)[:50]:  # the others still build
+            assert g.run_spec(j) == dsk[g.keys[j]]
+    assert all(s is None for s in g.segments)
+    with pytest.raises(KeyError):
+        g.run_spec(0)
+
+
+def test_validate_rejects_bad_keys():
+    """validate=True checks keys as stock does."""
+    header, frames, keys = submission(workloads.array(50))
+    g = materialize(deserialize(header, frames), keys, False, validate=True)
+    assert len(g) > 0
+
+
+# ---------------------------------------------------------------------------
+# random dask.array expressions
+# ---------------------------------------------------------------------------
+
+
+def _chunks(draw, n):
+    parts = draw(st.lists(st.integers(1, max(1, n)), min_size=1, max_size=4))
+    out = []
+    left = n
+    for p in parts:
+        if left <= 0:
+            break
+        p = min(p, left)
+        out.append(p)
+        left -= p
+    if left:
+        out.append(left)
+    return tuple(out)
+
+
+@st.composite
+def array_exprs(draw):
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.integers(1, 9)) for _ in range(ndim))
+    chunks = tuple(_chunks(draw, s) for s in shape)
+    kind = draw(st.sampled_from(["ones", "random", "numpy", "arange"]))
+    if kind == "ones":
+        x = da.ones(shape, chunks=chunks)
+    elif kind == "random":
+        x = da.random.default_rng(draw(st.integers(0, 5))).random(shape, chunks=chunks)
+    elif kind == "numpy":
+        x = da.from_array(np.arange(int(np.prod(shape)), dtype=float).reshape(shape), chunks=chunks)
+    else:
+        x = da.arange(int(np.prod(shape)), chunks=max(1, int(np.prod(shape)) // 3)).reshape(shape).rechunk(chunks)
+    others = [x]
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(
+            st.sampled_from(
+                ["add", "scalar", "neg", "T", "sum", "mean", "max", "slice", "index", "rechunk", "overlap", "cumsum", "self2", "where"]
+            )
+        )
+        if op == "add":
+            y = draw(st.sampled_from(others))
+            x = x + y if y.shape == x.shape else x + 1
+        elif op == "scalar":
+            x = x * draw(st.integers(1, 3))
+        elif op == "neg":
+            x = -x
+        elif op == "T":
+            x = x.T
+        elif op in ("sum", "mean", "max") and x.ndim > 0:
+            axis = draw(st.integers(0, x.ndim - 1))
+            x = getattr(x, op)(axis=axis, split_every=draw(st.sampled_from([None, 2, 3])))
+        elif op == "slice" and x.ndim > 0:
+            idx = tuple(
+                slice(draw(st.integers(0, max(0, s - 1))), None, draw(st.sampled_from([1, 2, -1]))) for s in x.shape
+            )
+            x = x[idx]
+            if 0 in x.shape:
+                x = da.ones((2,), chunks=1)
+        elif op == "index" and x.ndim > 1:
+            x = x[draw(st.integers(0, x.shape[0] - 1))]
+        elif op == "rechunk" and x.ndim > 0:
+            x = x.rechunk(tuple(_chunks(draw, s) for s in x.shape))
+        elif op == "overlap" and x.ndim > 0 and min(x.chunksize) > 1:
+            x = x.map_overlap(lambda b: b + 1, depth=1, boundary="none", dtype=x.dtype)
+        elif op == "cumsum" and x.ndim > 0:
+            x = x.cumsum(axis=0)
+        elif op == "self2":
+            x = x + x
+        elif op == "where":
+            x = da.where(x > 0.5, x, 0)
+        others.append(x)
+    outs = [x]
+    if draw(st.booleans()) and len(others) > 2:
+        outs.append(draw(st.sampled_from(others[1:-1])))
+    return outs
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(exprs=array_exprs(), fuse=st.booleans())
+def test_random_array_expressions(exprs, fuse):
+    with dask.config.set({"optimization.fuse.active": fuse}):
+        header, frames, keys = submission(*exprs)
+        dsk, ann, graph = both(header, frames, keys)
+        assert_same(dsk, ann, graph)
+
+
+# ---------------------------------------------------------------------------
+# the measurement script
+# ---------------------------------------------------------------------------
+
+
+def test_compact_bench_script(tmp_path):
+    """benchmarks/compact_bench.py runs end to end on a small submission and
+    reports both engines on the same tasks."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "compact_bench.py")
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, script, "--workload", "array", "--tasks", "2000", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())["array"]
+    stock, compact = res["time"]["stock"][0], res["time"]["compact"][0]
+    assert stock["tasks"] == compact["tasks"] > 1000
+    assert res["rss"]["compact"][0]["rss_bytes_per_task"] > 0
+    built = res["run_spec"]["compact"][0]["build_us_by_source"]
+    assert sum(v["tasks"] for v in built.values()) == compact["tasks"]
+    assert built["BlockSource"]["tasks"] > built["ValueSource"]["tasks"] > 0
+    assert {r["path"] for r in compact["report"]} <= {"compact", "kept"}
