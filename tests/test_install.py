@@ -36,7 +36,10 @@ SKIP_DIRS = {".venv", ".git", "build", "dist", "test-artifacts", "__pycache__",
 
 def _sources(suffixes: tuple[str, ...]):
     for dirpath, dirnames, filenames in os.walk(ROOT):
-        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        dirnames[:] = [
+            d for d in dirnames
+            if d not in SKIP_DIRS and not d.endswith(".egg-info") and not d.startswith(".venv-")
+        ]  # (.venv-<release>: .ci/against-release)
         for name in filenames:
             if name.endswith(suffixes):
                 yield Path(dirpath, name)
