@@ -15,8 +15,11 @@ holds has changed yet. Applying them does, in stock's order:
 4. the transitions: a *stock* plan hands the initial recommendations to
    distributed's own ``transitions``; otherwise the plan's counts, log
    entries and queue run are published, and its hand-offs (and, while a
-   worker is idle, its queued root-ish tasks) go through distributed's own
-   transition, in the order the replay visited them;
+   worker is idle, its queued root-ish tasks) go to workers in the order
+   the replay visited them: in bulk, as the shadow in the build thread
+   decided with distributed's own worker choice, when its assumptions still
+   hold (:mod:`slimgraph.ingest.dispatch`), else through distributed's own
+   transition one by one;
 5. the reports stock sends for touched tasks already in memory or erred.
 
 Plugins that listen (to ``update_graph``, or to the transitions the replay
