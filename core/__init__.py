@@ -5,7 +5,7 @@ Layout (one module per concept; the folders map the architecture):
 - ``shim``        the only user of distributed's and dask's internals
 - ``model``       slim task states, edge containers, keys, the task queue,
                   SlimSchedulerState (distributed's state machine on them)
-- ``ingest``      the ingestion pipeline: index, build, replay, apply
+- ``ingest``      the ingestion pipeline: index, build, replay, dispatch, apply
                   (in place or staged), deliveries, the orchestration
 - ``order``       fast ordering, value for value equal to dask.order.order
 - ``runtime``     GC policy, GIL switch interval, disposal off the loop

@@ -304,3 +304,94 @@ def test_private_names_only_in_the_shim():
             elif isinstance(node, ast.Constant) and node.value in wrapped:
                 found.append((str(rel), node.lineno, node.value))
     assert found == []
+
+
+# -- workers: the shadow bulk dispatch runs distributed's worker choice on -------
+def test_shadow_workers_choose_count_and_saturate_as_distributed():
+    """``ShadowState``/``ShadowWorker`` (distributed's own choice and
+    idleness code on copies): task after task, the same worker as the real
+    scheduler picks, and the same processing counts, occupancy, idle,
+    idle_task_count and saturated sets; ``count_processing``,
+    ``task_to_msg``/``next_run_id`` and ``stealing_put`` do what
+    distributed's own ``_add_to_processing`` and work stealing do."""
+    from sortedcontainers import SortedDict
+
+    from test_dispatch import add_worker
+
+    async def body():
+        async with Scheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            for i, n in enumerate((8, 16, 8)):
+                add_worker(s, i, n)
+            view0 = [shim.worker_view(ws) for ws in s.workers.values()]
+            sh = shim.ShadowState(shim.occupancy_view(s), s.task_prefixes)
+            sh.n_tasks, sh.total_nthreads, sh.WORKER_SATURATION = s.n_tasks, s.total_nthreads, s.WORKER_SATURATION
+            shadows = [shim.ShadowWorker(i, v, sh) for i, v in enumerate(view0)]
+            by = {w.address: w for w in shadows}
+            sh.workers = SortedDict(by)
+            sh.running = set(shadows)
+            sh.idle = SortedDict((a, by[a]) for a in s.idle)
+            sh.idle_task_count = {by[ws.address] for ws in s.idle_task_count}
+            sh.saturated = set()
+            tasks = []
+            for i in range(40):  # 40 tasks of one group: not root-ish on 32 threads
+                ts = s.new_task(f"x-{i}", None, "released")
+                ts.priority = (0, 0, i)
+                ts.state = "waiting"
+                tasks.append(ts)
+            stealing = s.extensions["stealing"]
+            seen = set()
+            for ts in tasks:
+                sw = sh.decide_worker_non_rootish(ts)
+                s.transitions({ts.key: "processing"}, stimulus_id="test")
+                assert ts.state == "processing"
+                assert sw.address == ts.processing_on.address
+                seen.add(sw.address)
+                sw.add_task(ts.prefix.name)
+                sh.check_idle_saturated(sw)
+                sh.n_tasks += 1
+                assert sh.n_tasks == s.n_tasks
+                for ws in s.workers.values():
+                    w = by[ws.address]
+                    assert (len(w.processing), w.occupancy) == (len(ws.processing), ws.occupancy)
+                    assert dict(w.task_prefix_count) == dict(ws.task_prefix_count)
+                assert list(sh.idle) == list(s.idle)
+                assert {w.address for w in sh.idle_task_count} == {w.address for w in s.idle_task_count}
+                assert {w.address for w in sh.saturated} == {w.address for w in s.saturated}
+            assert len(seen) == 3  # every worker chosen
+            assert [shim.worker_view(ws) for ws in s.workers.values()] != view0
+
+            # count_processing is add_to_processing's counting
+            ws = next(iter(s.workers.values()))
+            before = dict(ws.task_prefix_count)
+            shim.count_processing(s, ws, "x", 2)
+            assert ws.task_prefix_count["x"] == before["x"] + 2
+            shim.count_processing(s, ws, "x", -2)
+
+            # the message is distributed's own, its run id the counter's
+            ts = s.new_task("y", None, "released")
+            ts.priority = (0, 0, 99)
+            msg = shim.task_to_msg(s, ts)
+            assert msg["op"] == "compute-task" and msg["key"] == "y" and msg["run_id"] == ts.run_id
+            assert shim.next_run_id() == ts.run_id + 1
+
+            # work stealing in bulk files them as put_key_in_stealable did
+            # (sets compared as sets here: removing and re-adding changes a
+            # set's layout; test_dispatch compares their order on fresh state)
+            def filed():
+                return (
+                    {a: [{t.key for t in lvl} for lvl in lv] for a, lv in stealing.stealable.items()},
+                    [(t.key, v) for t, v in stealing.key_stealable.items()],
+                    {n: {t.key for t in v} for n, v in stealing.unknown_durations.items()},
+                )
+
+            expected = filed()
+            assert expected[1]
+            for t in tasks:
+                stealing.remove_key_from_stealable(t)
+            stealing.unknown_durations.clear()
+            assert not filed()[1]
+            shim.stealing_put(stealing, s, tasks)
+            assert filed() == expected
+            assert shim.work_stealing(stealing) and not shim.work_stealing(object())
+
+    run(body())

@@ -15,8 +15,11 @@ holds has changed yet. Applying them does, in stock's order:
 4. the transitions: a *stock* plan hands the initial recommendations to
    distributed's own ``transitions``; otherwise the plan's counts, log
    entries and queue run are published, and its hand-offs (and, while a
-   worker is idle, its queued root-ish tasks) go through distributed's own
-   transition, in the order the replay visited them;
+   worker is idle, its queued root-ish tasks) go to workers in the order
+   the replay visited them: in bulk, as the shadow in the build thread
+   decided with distributed's own worker choice, when its assumptions still
+   hold (:mod:`slimgraph.ingest.dispatch`), else through distributed's own
+   transition one by one;
 5. the reports stock sends for touched tasks already in memory or erred.
 
 Plugins that listen (to ``update_graph``, or to the transitions the replay
@@ -35,7 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from slimgraph import shim
-from slimgraph.ingest import deliveries
+from slimgraph.ingest import deliveries, dispatch
 from slimgraph.ingest.build import Build, task_read, warn_collisions
 from slimgraph.ingest.replay import INLINED, Plan, blame, initial_recommendations
 from slimgraph.ingest.spans import observe
@@ -298,29 +301,45 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
     if told_later:
         state.plugins = {n: p for n, p in plugins.items() if id(p) not in told_later}
     state.transition_log = capture = []
+
+    def unqueue(ts: Any) -> None:  # a queued root-ish task an idle worker takes
+        members.discard(ts)
+        shim.count_unmoved(ts.group, "waiting", "queued")
+        ts._state = "waiting"
+
+    def one(ts: Any, pos: int, assumed: int) -> None:  # distributed's own transition
+        nonlocal assumed_total
+        shim.transitions(state, {ts.key: "processing"}, client_msgs, worker_msgs, sid)
+        assumed_total += assumed
+        if pos >= first or told_later:
+            made.append((pos, assumed, capture[:]))
+        capture.clear()
+
     try:
         qi = ni = 0
-        while True:
+        bulk = plan.dispatch
+        if bulk is not None and bulk.holds(state):
+            # distributed's own choices, made in the build thread on a
+            # shadow of the workers, published in bulk (slimgraph.ingest.dispatch)
+            keep = (lambda pos: True) if told_later else (lambda pos: pos >= first)
+            qi, ni = dispatch.publish(state, bulk, plan, sid, worker_msgs, keep, made, one, unqueue)
+            plan.dispatched = ni
+            state.slim_dispatched += ni
+        while True:  # one by one (the rest, if the shadow was wrong somewhere)
             nxt_other = others[ni][0] if ni < len(others) else None
             take_queued = qi < len(queued) and state.idle_task_count
             if take_queued and (nxt_other is None or at[qi] < nxt_other):
                 ts = queued[qi]
                 pos, assumed = at[qi], 2
                 qi += 1
-                members.discard(ts)
-                shim.count_unmoved(ts.group, "waiting", "queued")
-                ts._state = "waiting"
+                unqueue(ts)
             elif nxt_other is not None:
                 pos, ts = others[ni]
                 assumed = 0
                 ni += 1
             else:
                 break
-            shim.transitions(state, {ts.key: "processing"}, client_msgs, worker_msgs, sid)
-            assumed_total += assumed
-            if pos >= first or told_later:
-                made.append((pos, assumed, capture[:]))
-            capture.clear()
+            one(ts, pos, assumed)
     finally:
         state.transition_log = log
         state.plugins = plugins

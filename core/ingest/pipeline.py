@@ -45,6 +45,7 @@ from typing import Any
 
 from slimgraph import config, shim
 from slimgraph.ingest import apply as applier
+from slimgraph.ingest import dispatch
 from slimgraph.ingest.build import build
 from slimgraph.ingest.index import lost_keys, prepare
 from slimgraph.ingest.protocol import IngestTarget
@@ -223,6 +224,7 @@ class Pipeline:
         if why is None:
             seq_base = s.queued.reserve(len(sub.index.reached))
             complete = any(applier.listeners(s).values())
+            workers = dispatch.take_view(s)  # what the shadow starts from
 
             def off_loop() -> tuple:
                 b = build(s, sub, rec, where="offload")
@@ -230,6 +232,9 @@ class Pipeline:
                     return b, None
                 with rec.phase("transitions", where="offload") as p:
                     plan = replay(s, b, seq_base, complete)
+                    if not plan.stock and not plan.live_writes:
+                        # where the ready tasks will go (slimgraph.ingest.dispatch)
+                        plan.dispatch = dispatch.shadow(s, b, plan, workers)
                     p.tasks = len(b.new)
                 return b, plan
 

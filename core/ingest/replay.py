@@ -104,11 +104,19 @@ class Plan:
     #: some queued tasks were queued here before: they are added one by one
     #: (``TaskQueue.add``), not merged as a sorted run
     requeued: bool = False
+    #: where the hand-offs go, decided in the build thread
+    #: (:mod:`slimgraph.ingest.dispatch`); None: one by one in the commit
+    dispatch: Any = None
+    #: how many hand-offs the commit published in bulk (for the record)
+    dispatched: int = 0
 
     def temporaries(self) -> list:
         """Big containers only this plan holds (see slimgraph.runtime.disposal).
         Not the sorted run or its members: the scheduler's queue adopts them."""
-        return [self.queued, self.queued_at, self.handoffs]
+        out = [self.queued, self.queued_at, self.handoffs]
+        if self.dispatch is not None:
+            out += self.dispatch.temporaries()
+        return out
 
 
 def replay(state: Any, b: Build, seq_base: int, complete_log: bool = False) -> Plan:

@@ -71,6 +71,9 @@ class SlimSchedulerState(TransitionHook):
     #: plugin calls a staged ingestion still owes (slimgraph.ingest.deliveries);
     #: delivered before any later transition
     slim_deliveries: Any = None
+    #: ready tasks staged commits have sent to workers (or to no-worker) in
+    #: bulk so far (slimgraph.ingest.dispatch), not one by one
+    slim_dispatched: int = 0
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.slim_lazy = bool(config.get("lazy-containers"))

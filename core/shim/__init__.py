@@ -308,6 +308,187 @@ def apply_annotations(state: Any, tasks: Any, annotations_by_type: dict, global_
 
 
 # ---------------------------------------------------------------------------
+# Workers: what distributed's worker choice reads, and a shadow to run it on
+# ---------------------------------------------------------------------------
+from distributed.core import Status  # noqa: E402
+
+
+def worker_view(ws: WorkerState) -> tuple:
+    """What distributed's choice of a worker for a task without
+    dependencies or restrictions reads of one worker (and what its
+    ``_add_to_processing`` changes): comparable, to check later that none
+    of it moved."""
+    return (
+        ws,
+        ws.address,
+        ws.status,
+        ws.nthreads,
+        len(ws.processing),
+        len(ws.long_running),
+        tuple(ws.task_prefix_count.items()),
+        ws._network_occ,
+        ws._occupancy_cache,
+    )
+
+
+def occupancy_view(state: SchedulerState) -> tuple:
+    """The scheduler-wide inputs of the occupancy arithmetic."""
+    return (
+        tuple(state._task_prefix_count_global.items()),
+        state._network_occ_global,
+        state.bandwidth,
+        state.UNKNOWN_TASK_DURATION,
+    )
+
+
+def prefix_duration_inputs(tp: TaskPrefix) -> tuple:
+    """What ``SchedulerState._get_prefix_duration`` reads of a prefix."""
+    return (tp.duration_average, tp.max_exec_time)
+
+
+def count_processing(state: SchedulerState, ws: WorkerState, name: str, n: int) -> None:
+    """``WorkerState.add_to_processing``'s counts for ``n`` tasks of prefix
+    ``name`` without dependencies (the tasks themselves go into
+    ``ws.processing`` separately, in order)."""
+    ws.task_prefix_count[name] += n
+    state._task_prefix_count_global[name] += n
+
+
+def task_to_msg(state: Any, ts: Any) -> dict:
+    """distributed's own ``compute-task`` message for ``ts`` (it also sets
+    ``ts.run_id`` from distributed's run-id counter)."""
+    return SchedulerState._task_to_msg(state, ts)
+
+
+def next_run_id() -> int:
+    """The next id of distributed's run-id counter (what ``_task_to_msg`` takes)."""
+    return next(StockTaskState._run_id_iterator)
+
+
+class _Count:
+    """A stand-in for a set of which only the length is read."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class ShadowWorker:
+    """A copy of what distributed's worker choice reads of a WorkerState.
+    Hashes like the worker it shadows (so sets of them iterate alike)."""
+
+    __slots__ = (
+        "index", "real", "address", "status", "nthreads", "processing", "long_running",
+        "task_prefix_count", "_network_occ", "_occupancy_cache", "scheduler", "_hash",
+    )
+    occupancy = WorkerState.occupancy
+
+    def __init__(self, index: int, view: tuple, scheduler: Any):
+        """``view``: :func:`worker_view` of the worker, taken earlier."""
+        from collections import defaultdict
+
+        ws, address, status, nthreads, n_processing, n_long_running, counts, net, cache = view
+        self.index = index
+        self.real = ws
+        self.address = address
+        self.status = status
+        self.nthreads = nthreads
+        self.processing = _Count(n_processing)
+        self.long_running = _Count(n_long_running)
+        self.task_prefix_count = defaultdict(int, counts)
+        self._network_occ = net
+        self._occupancy_cache = cache
+        self.scheduler = scheduler
+        self._hash = hash(ws)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def add_task(self, name: str) -> None:
+        """``WorkerState.add_to_processing`` for a task of prefix ``name``
+        without dependencies."""
+        self.task_prefix_count[name] += 1
+        self.scheduler._task_prefix_count_global[name] += 1
+        self.processing.n += 1
+
+
+class ShadowState:
+    """Just enough of a SchedulerState for distributed's own worker choice
+    (``decide_worker_non_rootish``, ``decide_worker_rootish_queuing_enabled``)
+    and ``check_idle_saturated`` to run on shadow workers: the methods are
+    distributed's, the attributes copies (set by the caller)."""
+
+    decide_worker_non_rootish = SchedulerState.decide_worker_non_rootish
+    decide_worker_rootish_queuing_enabled = SchedulerState.decide_worker_rootish_queuing_enabled
+    check_idle_saturated = SchedulerState.check_idle_saturated
+    is_unoccupied = SchedulerState.is_unoccupied
+    valid_workers = SchedulerState.valid_workers
+    total_occupancy = SchedulerState.total_occupancy
+    _calc_occupancy = SchedulerState._calc_occupancy
+    _get_prefix_duration = SchedulerState._get_prefix_duration
+
+    def __init__(self, occupancy: tuple, prefixes: Any):
+        """``occupancy``: :func:`occupancy_view` of the scheduler, taken earlier."""
+        from collections import defaultdict
+
+        counts, net, bandwidth, unknown = occupancy
+        self.validate = False
+        self.task_prefixes = prefixes
+        self.bandwidth = bandwidth
+        self.UNKNOWN_TASK_DURATION = unknown
+        self._task_prefix_count_global = defaultdict(int, counts)
+        self._network_occ_global = net
+        # (set by the caller: n_tasks, total_nthreads, WORKER_SATURATION,
+        # workers, running, idle, saturated, idle_task_count, step)
+
+
+def work_stealing(plugin: Any) -> bool:
+    """Whether ``plugin`` is distributed's work-stealing extension."""
+    return type(plugin) is WorkStealing
+
+
+def stealing_level(plugin: Any, ts: Any) -> int | None:
+    """Where work stealing files ``ts`` (a task without dependencies) when it
+    starts processing; None: it does not."""
+    cost, level = plugin.steal_time_ratio(ts)
+    return None if cost is None else level
+
+
+def stealing_put(plugin: Any, state: Any, tasks: list) -> None:
+    """``WorkStealing.put_key_in_stealable`` for each of ``tasks`` (tasks
+    without dependencies, now processing), in that order."""
+    per_prefix: dict = {}
+    stealable = plugin.stealable
+    ks = plugin.key_stealable
+    unknown = plugin.unknown_durations
+    for ts in tasks:
+        tp = ts.group.prefix
+        known = per_prefix.get(tp)
+        if known is None:
+            cost, level = plugin.steal_time_ratio(ts)
+            known = per_prefix[tp] = (
+                cost is not None,
+                level,
+                state._get_prefix_duration(tp) != tp.duration_average,
+            )
+        filed, level, unknown_duration = known
+        if not filed:
+            continue
+        address = ts.processing_on.address
+        stealable[address][level].add(ts)
+        ks[ts] = (address, level)
+        if unknown_duration:
+            s = unknown.get(tp.name)
+            if s is None:
+                s = unknown[tp.name] = set()
+            s.add(ts)
+
+
+# ---------------------------------------------------------------------------
 # Spans
 # ---------------------------------------------------------------------------
 def ensure_span(spans_ext: Any, name: tuple, ids: tuple) -> Any:

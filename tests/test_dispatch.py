@@ -1,0 +1,373 @@
+"""Bulk dispatch (slimgraph.ingest.dispatch): a staged commit sends ready
+tasks to workers with distributed's own choices, published in bulk.
+
+Differential: the same captured submission goes to a stock Scheduler, a
+slim one (bulk dispatch) and a slim one with ``slimgraph.bulk-dispatch:
+false`` (distributed's transitions one by one in the commit). The three
+have the *same* workers: WorkerStates with the same addresses and server
+ids (so sets of workers iterate alike in all three) added to the
+in-process schedulers, so that which worker takes which task, ties
+included, is compared exactly: each task's ``processing_on``, every
+worker's ``processing`` in iteration order, the ``compute-task`` messages
+sent to each worker in order, ``idle``/``idle_task_count``/``saturated``
+in iteration order, occupancy counts, work stealing's state, the
+transition log entry by entry and the whole task state
+(``differential.snapshot``). Then real workers compute a graph to the end.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import dask
+import dask.array as da
+import pytest
+from dask import delayed
+from distributed import Client, Scheduler
+from distributed.core import Status
+from distributed.scheduler import WorkerState
+
+from differential import Pair, assert_same, snapshot, wait_idle
+from slimgraph import workloads
+from slimgraph.bench.payload import arguments, intercept
+from slimgraph.distributed import SlimScheduler
+from slimgraph.ingest import dispatch
+from slimgraph.instrument.recorder import get_history
+
+
+@pytest.fixture(autouse=True)
+def stage_small_graphs():
+    with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
+        yield
+
+
+def inc(x):
+    return x + 1
+
+
+def add_worker(s, i: int, nthreads: int) -> WorkerState:
+    """A running worker without a process: the state distributed's
+    ``add_worker`` makes, with a fixed address and server id."""
+    address = f"tcp://10.0.0.{i + 1}:4000"
+    ws = WorkerState(
+        address=address,
+        status=Status.running,
+        pid=0,
+        name=f"w{i}",
+        nthreads=nthreads,
+        memory_limit=0,
+        local_directory="",
+        nanny=None,
+        server_id=f"worker-{i}",
+        scheduler=s,
+    )
+    s.workers[address] = ws
+    s.aliases[ws.name] = address
+    s.total_nthreads += nthreads
+    s.running.add(ws)
+    s.check_idle_saturated(ws)
+    for plugin in list(s.plugins.values()):
+        if hasattr(plugin, "add_worker"):
+            plugin.add_worker(scheduler=s, worker=address)
+    return ws
+
+
+class Trio:
+    """stock, slim (bulk) and slim one-by-one, with the same workers."""
+
+    KINDS = ("stock", "bulk", "one-by-one")
+
+    def __init__(self, nthreads: tuple = ()):
+        self.nthreads = nthreads
+
+    async def __aenter__(self) -> "Trio":
+        self._stack = contextlib.AsyncExitStack()
+        st = self._stack
+        self.s = {
+            "stock": await st.enter_async_context(Scheduler(dashboard_address=":0", host="127.0.0.1")),
+            "bulk": await st.enter_async_context(SlimScheduler(dashboard_address=":0", host="127.0.0.1")),
+            "one-by-one": await st.enter_async_context(SlimScheduler(dashboard_address=":0", host="127.0.0.1")),
+        }
+        self.client = await st.enter_async_context(Client(self.s["stock"].address, asynchronous=True))
+        self.sent = {k: [] for k in self.KINDS}
+        for kind, s in self.s.items():
+            for i, n in enumerate(self.nthreads):
+                add_worker(s, i, n)
+            orig = s.send_all
+            log = self.sent[kind]
+
+            def send_all(client_msgs, worker_msgs, orig=orig, log=log):
+                log.append({w: list(m) for w, m in worker_msgs.items()})
+                return orig(client_msgs, worker_msgs)
+
+            s.send_all = send_all
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self._stack.__aexit__(*exc)
+
+    async def submit(self, make) -> dict:
+        """Ingest ``make``'s submission on all three; views of each."""
+        msgs, _ = intercept(self.client, make)
+        assert msgs
+        views = {}
+        for kind, s in self.s.items():
+            counter = s.transition_counter
+            for k in self.sent:
+                self.sent[k].clear()
+            with dask.config.set({"slimgraph.bulk-dispatch": kind != "one-by-one"}):
+                for msg in msgs:
+                    await s.update_graph(client="client", **arguments(msg))
+            made = s.transition_counter - counter
+            views[kind] = view(s, self.sent[kind], made)
+        return views
+
+
+def _msg(s, m: dict, rank: dict) -> dict:
+    out = dict(m)
+    if "span_id" in out:  # a random id per scheduler: the span's name
+        out["span_id"] = s.extensions["spans"].spans[m["span_id"]].name
+    out["run_id"] = rank[m["run_id"]]  # a process-wide counter: compared by order
+    assert m["stimulus_id"].startswith("compute-task-")
+    out.pop("stimulus_id")  # a time stamp
+    spec = out.pop("run_spec")
+    out["run_spec"] = repr(spec.data)
+    return out
+
+
+def _sent(s, batches: list, rank: dict) -> dict:
+    """Messages sent to each worker, in order (however ``send_all`` calls
+    were split: the slim pipeline sends the commit's at once)."""
+    out: dict = {}
+    for batch in batches:
+        for w, ms in batch.items():
+            out.setdefault(w, []).extend(_msg(s, m, rank) for m in ms)
+    return out
+
+
+def view(s, sent: list, made: int) -> dict:
+    """Everything the dispatch decides, in iteration order."""
+    rank = {r: i for i, r in enumerate(sorted(ts.run_id for ts in s.tasks.values() if ts.processing_on))}
+    stealing = s.extensions["stealing"]
+    log = list(s.transition_log)[-made:] if made else []
+    sids = {t.stimulus_id for t in log}
+    assert len(sids) <= 1 and all(x.startswith("update-graph-") for x in sids)  # the submission's own
+    return {
+        "snapshot": snapshot(s, {"client": "client"}),
+        "processing_on": {k: ts.processing_on.address for k, ts in s.tasks.items() if ts.processing_on},
+        "run_id": {k: rank[ts.run_id] for k, ts in s.tasks.items() if ts.processing_on},
+        "processing": {a: [ts.key for ts in ws.processing] for a, ws in s.workers.items()},
+        "task_prefix_count": {a: dict(ws.task_prefix_count) for a, ws in s.workers.items()},
+        "occupancy": {a: ws.occupancy for a, ws in s.workers.items()},
+        "sent": _sent(s, sent, rank),
+        "idle": list(s.idle),
+        "idle_task_count": [ws.address for ws in s.idle_task_count],
+        "saturated": [ws.address for ws in s.saturated],
+        "unrunnable": [ts.key for ts in s.unrunnable],
+        "n_tasks": s.n_tasks,
+        "stealable": {a: [[ts.key for ts in lvl] for lvl in levels] for a, levels in stealing.stealable.items()},
+        "key_stealable": [(ts.key, v) for ts, v in stealing.key_stealable.items()],
+        "unknown_durations": {n: [ts.key for ts in v] for n, v in stealing.unknown_durations.items()},
+        "log": [(t.key, t.start, t.finish, dict(t.recommendations)) for t in log],
+    }
+
+
+def assert_all_same(views: dict, bulk_expected: bool = True) -> None:
+    stock = views["stock"]
+    for kind in ("bulk", "one-by-one"):
+        v = views[kind]
+        assert_same(stock["snapshot"], v["snapshot"], ignore=("clients",))  # (the capturing client is on stock)
+        for name in stock:
+            if name != "snapshot":
+                assert stock[name] == v[name], (kind, name)
+
+
+def _delayed_tree(n: int = 300):
+    return workloads.delayed(n)
+
+
+def _both(*a):
+    return a
+
+
+def _tree_and_array():
+    # non-root-ish leaves (the delayed tree's) and root-ish queued ones (the
+    # array's), in a fixed order (deterministic keys)
+    return delayed(_both, pure=True)(workloads.delayed(200), (da.ones((40, 40), chunks=5) + 1).sum())
+
+
+def _ready_then_queued():
+    # a user priority puts the tree's few ready leaves (long chains: not
+    # root-ish) before the array's queued roots: idle workers take some of
+    # those after the leaves went out in bulk
+    with dask.annotate(priority=10):
+        tree = workloads.delayed(200, chain=30)
+    return [tree, (da.ones((40, 40), chunks=5) + 1).sum()]
+
+
+CASES = {
+    "no workers": ((), _delayed_tree),
+    "one worker": ((1,), _delayed_tree),
+    "two workers": ((1, 1), _delayed_tree),
+    "uneven threads": ((1, 4, 2), _delayed_tree),
+    "many workers": ((1,) * 21, _delayed_tree),  # distributed's other branch (>= 20 workers)
+    "queued and ready": ((1, 2), _tree_and_array),
+    "ready then queued": ((4, 4), _ready_then_queued),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bulk_dispatch_makes_stocks_choices(case):
+    nthreads, make = CASES[case]
+
+    async def body():
+        async with Trio(nthreads) as t:
+            views = await t.submit(lambda c: c.compute(make()))
+            assert_all_same(views)
+            bulk = t.s["bulk"]
+            if case == "ready then queued":  # some queued ones went to idle workers
+                keys = views["stock"]["processing_on"]
+                assert any(isinstance(k, tuple) for k in keys) and any(isinstance(k, str) for k in keys)
+            assert bulk.slim_dispatched > 0  # the bulk path was taken
+            assert t.s["one-by-one"].slim_dispatched == 0
+            assert get_history(bulk).latest().ingestion == "staged"
+            if nthreads:
+                assert views["stock"]["processing_on"]
+                assert any(views["stock"]["sent"].values())
+            else:
+                assert views["stock"]["unrunnable"]
+
+    asyncio.run(body())
+
+
+def test_second_submission_onto_busy_workers():
+    """Workers already hold tasks of an earlier graph (occupancy, prefix
+    counts, saturation): the second graph's choices are still stock's."""
+
+    async def body():
+        async with Trio((1, 2, 1)) as t:
+            assert_all_same(await t.submit(lambda c: c.compute(workloads.delayed(150))))
+            assert_all_same(await t.submit(lambda c: c.compute(workloads.delayed(400, chain=2))))
+            assert t.s["bulk"].slim_dispatched > 0
+
+    asyncio.run(body())
+
+
+def test_workers_changed_during_the_build_fall_back_to_one_by_one(monkeypatch):
+    """The shadow started from a view that no longer holds at commit (here:
+    one more task counted since): distributed's transitions one by one."""
+    orig = dispatch.shadow
+
+    def stale(state, b, plan, view):
+        if view is not None:  # what the state looked like before a task was dispatched elsewhere
+            view = view[:5] + (view[5] - 1,) + view[6:]
+        return orig(state, b, plan, view)
+
+    monkeypatch.setattr(dispatch, "shadow", stale)
+
+    async def body():
+        async with Trio((1, 1)) as t:
+            checks = []
+            orig_holds = dispatch.Dispatch.holds
+
+            def holds(self, state):
+                checks.append(orig_holds(self, state))
+                return checks[-1]
+
+            monkeypatch.setattr(dispatch.Dispatch, "holds", holds)
+            assert_all_same(await t.submit(lambda c: c.compute(_delayed_tree())))
+            assert checks == [False]
+            assert t.s["bulk"].slim_dispatched == 0
+
+    asyncio.run(body())
+
+
+def test_a_queued_task_elsewhere_than_the_shadow_said_falls_back_from_there(monkeypatch):
+    """If distributed sends a queued root-ish task to another worker than
+    the shadow predicted, the rest goes one by one: what was published in
+    bulk before it is stock's, and so is the end state."""
+    orig = dispatch.shadow
+    seen = {}
+
+    def wrong(state, b, plan, view):
+        d = orig(state, b, plan, view)
+        if d is not None:
+            for i, (kind, qi, w) in enumerate(d.steps):
+                if kind == 1 and i > 0 and d.steps[i - 1][0] == 0:  # after some published in bulk
+                    d.steps[i] = (kind, qi, (w + 1) % len(d.workers))
+                    seen["step"] = i
+                    break
+        return d
+
+    monkeypatch.setattr(dispatch, "shadow", wrong)
+
+    async def body():
+        async with Trio((4, 4)) as t:
+            views = await t.submit(lambda c: c.compute(_ready_then_queued()))
+            assert_all_same(views)
+            assert "step" in seen
+            assert 0 < t.s["bulk"].slim_dispatched < len(views["stock"]["processing_on"])
+
+    asyncio.run(body())
+
+
+def test_a_plugin_listening_to_transitions_hears_stocks_calls():
+    """A plugin that listens to transitions is told of the bulk-dispatched
+    ones after the commit (slimgraph.ingest.deliveries), as stock tells it:
+    the same calls, in the same order."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class Starts(SchedulerPlugin):
+        def __init__(self):
+            self.calls = []
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            if finish == "processing":
+                self.calls.append(key)
+
+    async def body():
+        async with Trio((1, 1)) as t:
+            plugins = {k: Starts() for k in t.KINDS}
+            for k, s in t.s.items():
+                s.add_plugin(plugins[k])
+            assert_all_same(await t.submit(lambda c: c.compute(_delayed_tree())))
+            assert plugins["stock"].calls
+            assert plugins["bulk"].calls == plugins["stock"].calls == plugins["one-by-one"].calls
+            assert t.s["bulk"].slim_dispatched > 0
+
+    asyncio.run(body())
+
+
+def test_setting_off():
+    async def body():
+        with dask.config.set({"slimgraph.bulk-dispatch": False}):
+            async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+                assert dispatch.take_view(s) is None
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("listen", [False, True], ids=["quiet", "plugins-listening"])
+def test_real_workers_compute_the_bulk_dispatched_graph(listen):
+    """Real workers: the dispatched tasks run, results equal stock's; with
+    plugins listening (a recorder of every call, dask's dashboard plugins)
+    they hear stock's calls in stock's order."""
+
+    async def body():
+        async with Pair(n_workers=2, listen=listen) as p:
+            make = lambda c: c.compute(workloads.delayed(300))  # noqa: E731
+            a, b = await p.submit_both(make)
+            assert_same(a, b)
+            assert p.slim.slim_dispatched > 0
+            if listen:
+                n = p.calls_at["stock"]
+                assert p.rec_stock.calls[:n] == p.rec_slim.calls[:n]
+            fa, fb = p.futures_of("stock"), p.futures_of("slim")
+            ra = await p.c_stock.gather(fa)
+            rb = await p.c_slim.gather(fb)
+            assert ra == rb
+            await wait_idle(p.slim)
+            assert all(ts.state == "memory" for ts in p.slim.tasks.values() if ts.who_wants)
+
+    asyncio.run(body())
+
