@@ -120,7 +120,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 from slimgraph.runtime import gcpause
 from slimgraph.errors import CycleError
 
-__all__ = ["order", "order_indexed", "order_numbered"]
+__all__ = ["order", "order_graph", "order_indexed", "order_numbered"]
 
 _NO_DEPS: frozenset = frozenset()
 _get_dependencies = attrgetter("dependencies")
@@ -191,14 +191,26 @@ def order_numbered(keys: list, deps: list, values: list, index: dict) -> list[in
     kinds = _node_kinds(values)
     if 0 in kinds.values():
         return None
+    return order_graph(keys, deps, _data_indices(values, kinds), _NodeDependencies(values), index)
+
+
+def order_graph(
+    keys: list, deps: list, data: list, dep_sets: Any, index: dict, external: int = 0
+) -> list[int] | None:
+    """:func:`order_indexed` for a numbered graph of task-spec nodes whose
+    data nodes (``data``) and dependency sets (``dep_sets[i]``, read on
+    demand) its caller knows, with ``external`` outside keys numbered last
+    (as :func:`order` numbers them). ``None`` where :func:`order` has to see
+    the graph itself (keys whose ``str()`` may coincide)."""
     types = set(map(type, keys))
-    if _str_ties_possible(keys, len(keys), types):
+    if _str_ties_possible(keys, len(keys) - external, types):
         return None
     return order_indexed(
         keys,
         deps,
-        data=_data_indices(values, kinds),
-        dep_sets=_NodeDependencies(values),
+        data=data,
+        external=external,
+        dep_sets=dep_sets,
         _index=index,
         _ties_checked=True,
         _key_types=types,

@@ -32,6 +32,14 @@ def phase_table(rec: Any) -> str:
         lines.append(f"longest event-loop block: {rec.longest_block_s:.3f} s")
     if rec.rss_before is not None and rec.rss_after is not None:
         lines.append(f"scheduler RSS growth: {(rec.rss_after - rec.rss_before) / n:,.0f} B/task")
+    if getattr(rec, "materialization", None):
+        lines.append(f"materialization: {rec.materialization}")
+        for r in rec.layers[:20]:
+            name = r["name"] if len(r["name"]) <= 40 else r["name"][:37] + "..."
+            more = f" (+{r['layers'] - 1} more layers)" if r["layers"] > 1 else ""
+            lines.append(f"  {r['path']:<8}{r['type']:<20}{r['tasks']:>10,} tasks  {name}{more}  {r['reason']}".rstrip())
+        if len(rec.layers) > 20:
+            lines.append(f"  ... {len(rec.layers) - 20} more entries")
     if rec.error:
         lines.append(f"error: {rec.error}")
     return "\n".join(lines)

@@ -80,6 +80,12 @@ def layout(plugin) -> dict:
     }
 
 
+def _token(spec: Any) -> str:
+    from dask.base import tokenize
+
+    return tokenize(spec)
+
+
 def _keys(container: Any) -> frozenset:
     return frozenset(ts.key for ts in container or ())
 
@@ -105,6 +111,9 @@ def snapshot(s: Scheduler, client_names: dict) -> dict:
             "state": ts.state,
             "priority": ts.priority,
             "run_spec": None if spec is None else (type(spec).__name__, frozenset(spec.dependencies)),
+            # the run_spec as read (slim: built from its compact graph now):
+            # equal to stock's by dask's own token (what ``==`` compares)
+            "run_spec_token": None if spec is None else _token(spec),
             "dependencies": _keys(ts.dependencies),
             "dependents": _keys(ts.dependents),
             "waiting_on": _keys(ts.waiting_on),

@@ -1,6 +1,7 @@
 """One benchmark run: one scheduler kind, one submission, in a fresh process.
 
 ``python -m slimgraph.bench.child PAYLOAD KIND OUT [--tracemalloc]``
+(KIND: ``stock``, ``slim``, or ``slim-dask``: slim with compact ingestion off)
 
 KIND ``floor`` measures the limits of :mod:`slimgraph.bench.floor` instead.
 
@@ -13,7 +14,10 @@ dask's run_spec/key objects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+
+import dask
 import json
 import sys
 import time
@@ -25,12 +29,25 @@ async def _run(payload_path: str, kind: str, trace: bool, hooks: bool = True) ->
 
     from slimgraph.bench.payload import load
     from slimgraph.distributed import SlimScheduler
+
+    payload = load(payload_path)
+    cls = SlimScheduler if kind in SLIM_KINDS else Scheduler
+    off = kind == "slim-dask"
+    with dask.config.set({"slimgraph.compact-ingestion": False}) if off else contextlib.nullcontext():
+        return await _measure(cls, kind, payload, trace, hooks)
+
+
+#: ``slim``: the slim engine as configured (compact ingestion on by
+#: default); ``slim-dask``: the same with ``slimgraph.compact-ingestion``
+#: off, dask materializing every node (what compact ingestion saves)
+SLIM_KINDS = ("slim", "slim-dask")
+
+
+async def _measure(cls, kind: str, payload: dict, trace: bool, hooks: bool) -> dict:
     from slimgraph.instrument import stock as stock_hooks
     from slimgraph.instrument.recorder import get_history
     from slimgraph.instrument.records import rss_bytes
 
-    payload = load(payload_path)
-    cls = SlimScheduler if kind == "slim" else Scheduler
     async with cls(dashboard_address=None, dashboard=False, host="127.0.0.1") as s:
         if kind == "stock" and hooks:
             stock_hooks.install(s)
@@ -72,6 +89,8 @@ async def _run(payload_path: str, kind: str, trace: bool, hooks: bool = True) ->
             "wall_seconds": wall,
             "longest_block_seconds": rec.longest_block_s,
             "phase_blocks": {p.name: p.longest_block_s for p in rec.phases},
+            "materialization": rec.materialization,
+            "layers": rec.layers[:50],
             "rss_bytes_per_task": (rss1 - rss0) / max(ntasks, 1),
             "tracemalloc_bytes_per_task": None if traced is None else traced / max(ntasks, 1),
             "state_bytes_per_task": split,

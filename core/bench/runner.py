@@ -6,7 +6,7 @@ JSON schema written by ``--json PATH`` (also documented in the README)::
       "workload": "array", "requested_tasks": 1000000, "tasks": 1001234,
       "edges": 2000000, "versions": {"dask": ..., "distributed": ..., "python": ...},
       "config": {"slimgraph.ordering": "fast", ...},
-      "stock": RUN, "slim": RUN,
+      "stock": RUN, "slim": RUN, "slim-dask": RUN (slim, compact ingestion off),
       "ratios": {"total": stock/slim, "owned_phases": ..., "order": ...,
                  "rss_bytes_per_task": ..., "engine_bytes_per_task": ...},
       "floor": {"tasks", "dask_rss_bytes_per_task", "bare_loop_seconds",
@@ -24,7 +24,7 @@ and materialize cause to another thread when they run in a worker thread.
            "phase_blocks": {name: longest block overlapping the phase},
            "rss_bytes_per_task", "tracemalloc_bytes_per_task" (or null),
            "state_bytes_per_task": {"engine", "total", "<tree node>": ...},
-           "tasks", "edges"}
+           "tasks", "edges", "materialization" (slim), "layers" (slim)}
 """
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: 
     try:
         for kind in kinds:
             runs[kind] = run_child(path, kind, trace=False)
-            if tracemalloc:
+            if tracemalloc and kind != "slim-dask":
                 traced = run_child(path, kind, trace=True)
                 runs[kind]["tracemalloc_bytes_per_task"] = traced["tracemalloc_bytes_per_task"]
         limits = run_child(path, "floor") if floor else None
@@ -132,7 +132,7 @@ def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: 
             "distributed": distributed.__version__,
             "python": platform.python_version(),
         },
-        "config": {f"slimgraph.{k}": config.get(k) for k in ("ordering", "gc", "lazy-containers")},
+        "config": {f"slimgraph.{k}": config.get(k) for k in ("ordering", "gc", "lazy-containers", "compact-ingestion")},
         **runs,
     }
     if limits is not None:
@@ -161,8 +161,13 @@ def _fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+#: column titles of the runs (``slim-dask``: slim with compact ingestion off)
+TITLES = {"stock": "stock", "slim": "slim", "slim-dask": "slim/dask-mat"}
+
+
 def format_table(result: dict) -> str:
-    kinds = [k for k in ("stock", "slim") if k in result]
+    kinds = [k for k in ("stock", "slim", "slim-dask") if k in result]
+    pair = "stock" in result and "slim" in result
     n = result["tasks"]
     lines = [
         f"workload={result['workload']}  tasks={n:,}  edges={result['edges']:,}  "
@@ -170,8 +175,8 @@ def format_table(result: dict) -> str:
         f"gc={result['config']['slimgraph.gc']}",
         "",
     ]
-    head = f"{'phase':<20}" + "".join(f"{k + ' s':>12}{k + ' us/task':>15}" for k in kinds)
-    if len(kinds) == 2:
+    head = f"{'phase':<20}" + "".join(f"{TITLES[k] + ' s':>15}{'us/task':>10}" for k in kinds)
+    if pair:
         head += f"{'stock/slim':>12}"
     lines.append(head)
     lines.append("-" * len(head))
@@ -181,9 +186,10 @@ def format_table(result: dict) -> str:
     def row(label: str, vals: list) -> str:
         line = f"{label:<20}"
         for v in vals:
-            line += f"{_fmt(v, '.3f'):>12}{_fmt(None if v is None else v / n * 1e6, '.2f'):>15}"
-        if len(vals) == 2:
-            line += f"{_fmt(_ratio(vals[0], vals[1]), '.1f') + 'x' if _ratio(vals[0], vals[1]) else '-':>12}"
+            line += f"{_fmt(v, '.3f'):>15}{_fmt(None if v is None else v / n * 1e6, '.2f'):>10}"
+        if pair:
+            r = _ratio(vals[0], vals[1])
+            line += f"{_fmt(r, '.1f') + 'x' if r else '-':>12}"
         return line
 
     for p in names:
@@ -193,14 +199,14 @@ def format_table(result: dict) -> str:
     lines.append(row("update_graph total", [result[k]["total_seconds"] for k in kinds]))
     lines.append(row("  of which GC", [result[k]["gc_seconds"] for k in kinds]))
     lines.append("")
-    mem = f"{'memory per task':<20}" + "".join(f"{k:>27}" for k in kinds)
-    if len(kinds) == 2:
+    mem = f"{'memory per task':<20}" + "".join(f"{TITLES[k]:>25}" for k in kinds)
+    if pair:
         mem += f"{'stock/slim':>12}"
     lines.append(mem)
 
     def mrow(label: str, vals: list) -> str:
-        line = f"{label:<20}" + "".join(f"{_fmt(v, ',.0f') + ' B':>27}" for v in vals)
-        if len(vals) == 2:
+        line = f"{label:<20}" + "".join(f"{_fmt(v, ',.0f') + ' B':>25}" for v in vals)
+        if pair:
             r = _ratio(vals[0], vals[1])
             line += f"{_fmt(r, '.1f') + 'x' if r else '-':>12}"
         return line
@@ -211,11 +217,29 @@ def format_table(result: dict) -> str:
     lines.append(mrow("state: total", [result[k]["state_bytes_per_task"]["total"] for k in kinds]))
     blocks = [result[k].get("longest_block_seconds") for k in kinds]
     lines.append("")
-    lines.append(f"{'longest loop block':<20}" + "".join(f"{_fmt(b, '.3f') + ' s':>27}" for b in blocks))
-    lines.append(f"{'  most of it in':<20}" + "".join(f"{block_phase(result[k]):>27}" for k in kinds))
+    lines.append(f"{'longest loop block':<20}" + "".join(f"{_fmt(b, '.3f') + ' s':>25}" for b in blocks))
+    lines.append(f"{'  most of it in':<20}" + "".join(f"{block_phase(result[k]):>25}" for k in kinds))
+    for k in kinds:
+        if result[k].get("materialization"):
+            lines += ["", *format_layers(TITLES[k], result[k])]
     if result.get("floor"):
         lines += ["", *format_floor(result)]
     return "\n".join(lines)
+
+
+def format_layers(title: str, run: dict) -> list:
+    """Which path the run's graph took: the summary, then the layers (as
+    many as the record kept), folded by (type, path, reason)."""
+    out = [f"{title} materialization: {run['materialization']}"]
+    folded: dict = {}
+    for r in run.get("layers") or ():
+        k = (r["type"], r["path"], r["reason"])
+        f = folded.setdefault(k, [0, 0])
+        f[0] += r["layers"]
+        f[1] += r["tasks"]
+    for (type_, path, reason), (layers, tasks) in folded.items():
+        out.append(f"  {path:<8}{type_:<22}{layers:>8,} layers{tasks:>11,} tasks  {reason}".rstrip())
+    return out
 
 
 def block_phase(run: dict) -> str:
@@ -252,7 +276,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tracemalloc", dest="tracemalloc", action="store_true", default=None,
                     help="also measure retained bytes with tracemalloc (default: on up to 200k tasks)")
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
-    ap.add_argument("--only", choices=("stock", "slim"), help="run one kind only")
+    ap.add_argument("--only", choices=("stock", "slim", "slim-dask"), help="run one kind only")
+    ap.add_argument("--no-compact-off", dest="compact_off", action="store_false",
+                    help="skip the third run: slim with slimgraph.compact-ingestion off "
+                         "(dask materializes every node), which shows what compact ingestion saves")
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="skip the limits run (slimgraph.bench.floor)")
     ap.add_argument("--mode", choices=("engine", "client"), default="engine",
@@ -273,6 +300,6 @@ def main(argv: list[str] | None = None) -> None:
         print(format_client_table(
             bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds, a.load)))
         return
-    kinds = (a.only,) if a.only else ("stock", "slim")
+    kinds = (a.only,) if a.only else ("stock", "slim", *(("slim-dask",) if a.compact_off else ()))
     result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds, a.floor)
     print(format_table(result))

@@ -253,6 +253,7 @@ def _task_states(state: Any, b: Build) -> list:
     be made."""
     sub = b.sub
     idx = sub.index
+    graph = idx.graph
     dsk = idx.dsk
     live = state.tasks
     live_groups = state.task_groups
@@ -293,7 +294,10 @@ def _task_states(state: Any, b: Build) -> list:
             tg = by_name.get(k[0] if type(k) is tuple else k)
             if tg is None:
                 tg = resolve(k)
-            ts = detached(k, dsk[k], tg)
+            if graph is None:
+                ts = detached(k, dsk[k], tg)
+            else:  # the run_spec stays in the graph until read
+                ts = detached(k, i, tg, graph)
             c = per_group.get(id(tg))
             if c is None:
                 per_group[id(tg)] = [tg, 1]
@@ -308,14 +312,14 @@ def _task_states(state: Any, b: Build) -> list:
             b.existing_in_graph += 1
             # a task made before its run_spec was known (a Variable's
             # client_desires_keys, scatter): it gets this one
-            if ts.run_spec is None:
-                b.run_specs.append((ts, dsk[k]))
+            if ts._graph is None and ts._spec is None:
+                b.run_specs.append((ts, idx.node(i)))
                 fresh.append(i)
             else:
                 lhs = {d.key for d in ts.dependencies}
-                rhs = dsk[k].dependencies
-                if lhs != rhs:
-                    b.collisions.append((ts, dsk[k], lhs, rhs))
+                if lhs != idx.dependency_keys(i):
+                    spec = idx.node(i)
+                    b.collisions.append((ts, spec, lhs, spec.dependencies))
         by_index[i] = ts
         touched.append(ts)
     if idx.outside:
@@ -379,23 +383,42 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
 
     run_spec_of = {id(ts): spec for ts, spec in b.run_specs}
     fresh = _in_index_order(fresh, len(by_index))
+    index = b.sub.index
+    graph = index.graph
+    outside = index.external
     dependents: dict = {}
     n_edges = 0
     for i in fresh:
         ts = by_index[i]
         spec = run_spec_of.get(id(ts)) if b.run_specs else None
-        spec_deps = (ts.run_spec if spec is None else spec).dependencies
-        if not spec_deps:
-            if not lazy and spec is None:
-                ts.dependencies = set()
-            continue
-        # stock adds the frozenset's keys one by one to an empty set; a set
-        # of the keys built the same way iterates in that order (task
-        # states hash like their keys) without Python-level hashing.
-        stable = True
-        if len(spec_deps) == 1:
-            dl = [lookup(d) for d in spec_deps]
+        if graph is not None and spec is None and i not in outside:
+            # a compact graph's integers: the dependencies' task states in
+            # the order of the frozenset stock's node holds, no key lookups
+            row = index.deps[i]
+            if not row:
+                if not lazy:
+                    ts.dependencies = set()
+                continue
+            spec_ts = [by_index[j] for j in row]
+            spec_deps = None
         else:
+            spec_deps = (ts.run_spec if spec is None else spec).dependencies
+            if not spec_deps:
+                if not lazy and spec is None:
+                    ts.dependencies = set()
+                continue
+            spec_ts = [lookup(d) for d in spec_deps]
+        # stock adds the frozenset's keys one by one to an empty set; a set
+        # of the task states built the same way iterates in that order (task
+        # states hash like their keys).
+        stable = True
+        if len(spec_ts) == 1:
+            dl = spec_ts
+        elif spec_deps is None:
+            dl = list(set(spec_ts))
+            stable = thaw_stable(dl)
+        else:
+            # (of the keys, hashed in C, when the keys are at hand)
             order = list(set(list(spec_deps)))
             stable = thaw_stable(order)
             dl = [lookup(d) for d in order]
@@ -413,19 +436,19 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
             set_edges(ts, "dependencies", Edges(dl))
         elif lazy and not old:
             # not thaw-stable (see slimgraph.model.containers): stock's own set
-            set_edges(ts, "dependencies", {lookup(d) for d in spec_deps})
+            set_edges(ts, "dependencies", set(spec_ts))
         elif lazy:
             set_edges(ts, "dependencies", freeze(dl))
         elif type(old) is set:
             # stock adds to the existing set, in spec order (in place, on publishing)
-            set_edges(ts, "dependencies", [lookup(d) for d in spec_deps])
+            set_edges(ts, "dependencies", spec_ts)
         elif old:
             set_edges(ts, "dependencies", set(dl))
         else:
             # stock's insertion sequence (the spec's frozenset order): a set
             # built from another set's iteration order may iterate
             # differently where keys collide
-            set_edges(ts, "dependencies", {lookup(d) for d in spec_deps})
+            set_edges(ts, "dependencies", set(spec_ts))
         tg0 = ts.group
         delta = b.group_delta(tg0)
         tgd = tg0.dependencies if delta is None else delta.dependencies

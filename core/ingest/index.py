@@ -7,6 +7,13 @@ and finds what the requested keys reach and which keys the graph needs from
 outside. Everything after works on those integers. Nothing here reads or
 writes scheduler state, so it can run in a worker thread
 (:func:`prepare` is what the pipeline offloads).
+
+A compact graph (:mod:`slimgraph.ingest.compact`, ``slimgraph.compact-ingestion``)
+comes numbered already: :func:`index_compact` takes its keys, CSR
+dependencies and outside keys as they are, and only walks what the
+requested keys reach. The ordering reads its integers too, and builds a
+node only where ``dask.order`` would look at a dependency set's iteration
+order. Its culled, ordered dict of nodes is never made.
 """
 from __future__ import annotations
 
@@ -34,10 +41,40 @@ class GraphIndex:
     #: for each key of ``outside``: how many tasks were reached before it
     #: (stock visits both in one walk: where each goes among its "touched" tasks)
     outside_at: list = field(default_factory=list)
+    #: the compact graph the index was read from (``dsk`` is then None):
+    #: task states keep it as their run_spec reference
+    graph: Any = None
 
     def temporaries(self) -> list:
-        """Its big containers, which nothing outlives it (see slimgraph.runtime.disposal)."""
+        """Its big containers, which nothing outlives it (see slimgraph.runtime.disposal).
+        Not a compact graph's keys and dependencies: its task states keep them."""
+        if self.graph is not None:
+            return [self.pos, self.reached]
         return [self.dsk, self.keys, self.pos, self.deps, self.external, self.reached]
+
+    def node(self, i: int) -> Any:
+        """Task ``i``'s node, as stock's materialized dict holds it (built
+        now from a compact graph)."""
+        if self.graph is not None:
+            return self.graph.run_spec(i)
+        return self.dsk[self.keys[i]]
+
+    def node_dependencies(self, i: int) -> Any:
+        """``node(i).dependencies``: stock's frozenset, in its order."""
+        if self.graph is not None:
+            return self.graph.dependencies(i)
+        return self.dsk[self.keys[i]].dependencies
+
+    def dependency_keys(self, i: int) -> set:
+        """The keys task ``i`` depends on, as an (unordered) set."""
+        if self.graph is None:
+            return self.dsk[self.keys[i]].dependencies
+        keys = self.keys
+        out = {keys[j] for j in self.deps[i]}
+        ext = self.external.get(i)
+        if ext:
+            out.update(ext)
+        return out
 
 
 def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
@@ -60,7 +97,6 @@ def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
     external: dict = {}
     get = pos.get
     n_edges = 0
-    bad = None
     for i, k in enumerate(keys):
         node = dsk[k]
         nd = node.dependencies
@@ -74,24 +110,59 @@ def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
                     idx.append(j)
             n_edges += len(nd)
             deps[i] = tuple(idx)
+    _check_key_types(keys)
+    reached, outside, outside_at = _reach(wanted, get, deps, external, lambda j: dsk[keys[j]].dependencies)
+    return GraphIndex(dsk, keys, pos, deps, external, reached, outside, n_edges, outside_at)
+
+
+def index_compact(graph: Any, wanted: Any) -> GraphIndex:
+    """:func:`index_graph` for a compact graph (culled already, if stock
+    culls): its keys, dependencies and outside keys as they are.
+
+    Raises InvalidKeyError for keys of a type dask does not accept.
+    """
+    wanted = set(wanted)
+    keys = graph.keys
+    _check_key_types(keys)
+    pos = graph.positions()
+    if len(pos) != len(keys):  # pragma: no cover - the graph's keys are unique
+        raise InvalidKeyError("duplicate keys")
+    external = graph.external
+    reached, outside, outside_at = _reach(wanted, pos.get, graph.deps, external, graph.dependencies)
+    return GraphIndex(
+        None, keys, pos, graph.deps, external, reached, outside, graph.edges, outside_at, graph=graph
+    )
+
+
+def _check_key_types(keys: list) -> None:
+    bad = None
+    for k in keys:
         t = type(k)
         if t is tuple:
-            if bad is None and not (type(k[0]) is str and _all_ints(k)) and not validate_key_type(k):
+            if not (type(k[0]) is str and _all_ints(k)) and not validate_key_type(k):
                 bad = k
-        elif t is not str and bad is None and not validate_key_type(k):
+                break
+        elif t is not str and not validate_key_type(k):
             bad = k
+            break
     if bad is not None:
         raise InvalidKeyError(
             f"Invalid key {bad!r} of type {type(bad).__name__}: keys must be str, "
             "bytes, int, float or tuples of those"
         )
 
+
+def _reach(wanted: set, get: Any, deps: Any, external: dict, node_deps: Any) -> tuple:
+    """What the requested keys reach, in stock's visit order; the keys from
+    outside the graph met on the way, and where. ``node_deps(j)``: task
+    ``j``'s dependency frozenset (read only for tasks with outside keys)."""
+
     # Reachability from the requested keys (stock only creates those tasks),
     # visited in stock's order: a stack of the requested keys, then of each
     # task's dependencies, popped from the end. Keys from outside the graph
     # are visited in that order too (they are "touched" tasks for stock),
     # so each one's place among the reached tasks is kept.
-    seen = bytearray(len(keys))
+    seen = bytearray(len(deps))
     reached = []
     outside_seen: set = set()
     outside = []
@@ -120,7 +191,7 @@ def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
         reached.append(j)
         if j in external:
             # the task's dependencies in their own order, outside ones too
-            for d in dsk[keys[j]].dependencies:
+            for d in node_deps(j):
                 jj = get(d)
                 if jj is None:
                     ext_keys.append(d)
@@ -131,7 +202,7 @@ def index_graph(dsk: dict, wanted: Any, cull: bool) -> GraphIndex:
             for d in deps[j]:
                 if not seen[d]:
                     stack.append(d)
-    return GraphIndex(dsk, keys, pos, deps, external, reached, outside, n_edges, outside_at)
+    return reached, outside, outside_at
 
 
 def _in_index_order(indices: list, n: int) -> Any:
@@ -155,6 +226,8 @@ def _all_ints(k: tuple) -> bool:
 
 def compute_order(index: GraphIndex) -> list | dict:
     """Priorities: a list by index (fast ordering) or dask.order's dict."""
+    if index.graph is not None:
+        return _compact_order(index)
     if config.get("ordering") == "fast":
         from slimgraph.order import order, order_numbered
 
@@ -179,12 +252,17 @@ def lost_keys(state: Any, index: GraphIndex) -> list:
     return [k for k in index.outside if k not in tasks]
 
 
-def prepare(dsk: dict, keys: Any, cull: bool, priorities: Any, rec: SubmissionRecord,
+def prepare(dsk: Any, keys: Any, cull: bool, priorities: Any, rec: SubmissionRecord,
             where: str = "offload") -> tuple[GraphIndex, Any]:
-    """Number the graph, then order it unless the client sent priorities
-    (phases ``cull`` and ``order``)."""
+    """Number the graph (a dict of nodes, or a compact graph, culled
+    already), then order it unless the client sent priorities (phases
+    ``cull`` and ``order``)."""
     with rec.phase("cull", where=where) as p:
-        index = index_graph(dsk, keys, cull)
+        if isinstance(dsk, dict):
+            index = index_graph(dsk, keys, cull)
+        else:
+            assert not cull, "a compact graph is culled as it is made"
+            index = index_compact(dsk, keys)
         p.tasks = len(index.keys)
         p.edges = index.edges
     if not priorities:
@@ -193,3 +271,66 @@ def prepare(dsk: dict, keys: Any, cull: bool, priorities: Any, rec: SubmissionRe
             p.tasks = len(index.keys)
             p.edges = index.edges
     return index, priorities
+
+
+def _compact_order(index: GraphIndex) -> list | dict:
+    """Priorities of a compact graph's tasks, read from its integers.
+
+    Keys outside the graph (persisted data, futures) are numbered after the
+    graph's own keys in order of first appearance, as ``dask.order`` adds
+    its stand-in data nodes; the ordering reads a task's dependency set
+    (built from its node) only where the set's iteration order decides.
+    """
+    graph = index.graph
+    if not graph.keys:
+        return []
+    if config.get("ordering") != "fast":
+        import dask.order
+
+        return dask.order.order(dsk=graph.to_dict())
+    from slimgraph.order import order, order_graph
+
+    keys = graph.keys
+    n = len(keys)
+    deps: list = list(graph.deps)
+    data = graph.data_indices()
+    dep_sets: Any = graph.dependency_sets()
+    pos = index.pos
+    external = graph.external
+    n_ext = 0
+    if external:
+        keys = list(keys)
+        pos = dict(pos)
+        for i in sorted(external):
+            row = []
+            for k in external[i]:
+                j = pos.get(k)
+                if j is None:
+                    j = pos[k] = len(keys)
+                    keys.append(k)
+                row.append(j)
+            deps[i] = deps[i] + tuple(row)
+        n_ext = len(keys) - n
+        deps.extend([()] * n_ext)
+        data.extend(range(n, len(keys)))
+        dep_sets = _WithOutside(dep_sets, n)
+    prio = order_graph(keys, deps, data, dep_sets, pos, n_ext)
+    if prio is None:  # keys whose str() may coincide: dask's own ordering
+        return order(graph.to_dict())
+    return prio
+
+
+class _WithOutside:
+    """Dependency sets of a graph's tasks, then none for its outside keys."""
+
+    __slots__ = ("sets", "n")
+
+    def __init__(self, sets: Any, n: int):
+        self.sets = sets
+        self.n = n
+
+    def __getitem__(self, i: int) -> Any:
+        return self.sets[i] if i < self.n else frozenset()
+
+    def __len__(self) -> int:
+        return self.n

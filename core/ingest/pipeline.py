@@ -7,7 +7,7 @@ Here the steps are separate and each one says where it runs:
 phase               what                                   where
 ==================  =====================================  ==============
 deserialize         unpickle the client's expression       loop if small
-materialize         dask builds the task dict              thread
+materialize         the compact graph (or dask's dict)     thread
 cull, order         number the graph, order it             loop if small
 lost_dependencies   keys needed from outside, known?       loop
 task_states ...     :func:`~slimgraph.ingest.build.build`  thread or loop
@@ -25,6 +25,15 @@ loop with nothing in between, as stock does. Small submissions stay on the
 loop throughout (``slimgraph.offload-min-tasks`` / ``-bytes``): a thread
 hand-off costs them more than the work, and would make a small ``submit``
 answer later than on stock.
+
+Materializing. With ``slimgraph.compact-ingestion`` (the default) the
+expression becomes a :class:`~slimgraph.ingest.compact.CompactGraph`: keys,
+integer dependencies and one source code per task, no dask node per task;
+layers, steps or whole graphs it cannot prove equal go to dask's own
+materialization, and the record says which path each layer took
+(``materialization``, ``layers``). Task states keep the graph and their
+index as their run_spec, built into stock's node when something reads it.
+Off, dask's ``_materialize_graph`` builds every node, as stock does.
 
 Around the steps, :class:`Pipeline` applies the process-wide policies
 (``slimgraph.gc``, the GIL switch interval), frees the big temporaries in
@@ -51,7 +60,8 @@ from slimgraph.ingest.index import lost_keys, prepare
 from slimgraph.ingest.protocol import IngestTarget
 from slimgraph.ingest.replay import replay
 from slimgraph.ingest.submission import Submission
-from slimgraph.instrument.records import SubmissionRecord
+from slimgraph.ingest import compact
+from slimgraph.instrument.records import SubmissionRecord, layer_rows, materialization_summary
 from slimgraph.runtime import disposal, gcpolicy, switching
 
 logger = logging.getLogger("slimgraph.ingest")
@@ -102,9 +112,19 @@ class Pipeline:
         try:
             expr = await self._deserialize(expr_ser)
             del expr_ser
-            with rec.phase("materialize", where="offload"):
-                dsk, annotations_by_type = await shim.offload(shim.materialize, expr, s.validate)
             cull = shim.culls_explicitly(expr)
+            with rec.phase("materialize", where="offload") as p:
+                if config.get("compact-ingestion"):
+                    # culled here already where stock culls (see compact.stock)
+                    dsk = await shim.offload(compact.materialize, expr, keys, cull, s.validate)
+                    annotations_by_type = dsk.annotations
+                    cull = False
+                    rec.materialization = materialization_summary(dsk.report)
+                    rec.layers = layer_rows(dsk.report)
+                else:
+                    dsk, annotations_by_type = await shim.offload(shim.materialize, expr, s.validate)
+                    rec.materialization = "dask (compact-ingestion off)"
+                p.tasks = len(dsk)
             del expr
             small = len(dsk) < config.get("offload-min-tasks")
             if small:

@@ -159,7 +159,7 @@ def stock_reason(state: Any, b: Build) -> str | None:
         if ts._state != "released" or id(ts) in seen:
             continue
         seen.add(id(ts))
-        if (ts._x is not None and ts.has_lost_dependencies) or not ts.run_spec:
+        if (ts._x is not None and ts.has_lost_dependencies) or not ts.has_run_spec():
             return "lost dependencies or a task without run_spec"
         if id(ts) in changed:
             return "tasks the scheduler already has change"
@@ -307,7 +307,7 @@ class _Replay:
                     # and run_spec.data_producer, otherwise on its group, which
                     # does not change during an ingestion.
                     x = ts._x
-                    if x is None and not getattr(ts.run_spec, "data_producer", False):
+                    if x is None and not ts.spec_data_producer():
                         tg = ts.group
                         r = rootish_by_group.get(tg)
                         if r is None:
@@ -357,7 +357,7 @@ class _Replay:
         own groups have counted this submission's tasks and edges."""
         if ts.resource_restrictions or ts.worker_restrictions or ts.host_restrictions:
             return False
-        if ts.run_spec and ts.run_spec.data_producer:
+        if ts.spec_data_producer():
             return True
         st = self.state
         b = self.b

@@ -358,6 +358,8 @@ class _Walker:
         #: big containers met inside one task's walk, walked later in slices
         self.deferred: list[tuple[Node, list]] = []
         self.deferred_rs: list[tuple[list, str]] = []
+        #: compact graphs the tasks keep their run_specs in (walked once)
+        self.compact_graphs: dict = {}
         self.root = Node("state", "state")
         self.base = 0
         self._calibrate()
@@ -550,8 +552,21 @@ class _Walker:
         for h in held:
             handled.add(id(h))
         self.deep_list(held, nodes["priority"])
-        # run_spec
-        if getattr(ts, "run_spec", None) is not None:
+        # run_spec: a slim task ingested compactly holds its index in a
+        # compact graph, which is shared by the submission's tasks and walked
+        # once, after the tasks (reading ``run_spec`` would build the node)
+        graph = getattr(ts, "_graph", None) if type(ts).__name__ == "SlimTaskState" else None
+        if graph is not None:
+            handled.add(id(graph))
+            self.compact_graphs.setdefault(id(graph), graph)
+            spec = ts._spec
+            handled.add(id(spec))
+            if self._take(spec):
+                n = nodes["run_spec/other"]
+                n.bytes += _getsizeof(spec)
+                n.count += 1
+            del spec
+        elif getattr(ts, "run_spec", None) is not None:
             handled.add(id(getattr(ts, "run_spec", None)))
             self.walk_run_spec(ts, nodes)
         # anything else the task object references (side objects, exception...)
@@ -850,6 +865,10 @@ def _walk(scheduler: Any, sample: int | None, budget_s: float, seed: int = 0
         v = getattr(cs, "wants_what", None)
         if v is not None:
             jobs.append((cnode.child("clients.wants_what"), v))
+    for g in w.compact_graphs.values():
+        # not per task: one graph per submission, shared by its tasks
+        jobs.append((root.child("run_spec").child("compact graphs"), g))
+    w.compact_graphs.clear()
     tl = getattr(scheduler, "transition_log", None)
     if tl is not None:
         jobs.append((root.child("logs").child("transition_log"), tl))

@@ -191,6 +191,16 @@ class SubmissionRecord:
     #: event loop, published in one commit), "in place: <why not staged>",
     #: or "stock"
     ingestion: str | None = None
+    #: how dask's side of the graph was materialized (slim only):
+    #: ``compact`` (no dask node per task; see ``layers``), ``compact, N
+    #: tasks by dask`` (some layers or steps went to dask), ``dask: <why>``
+    #: (the whole graph, e.g. a dataframe expression), or ``dask
+    #: (compact-ingestion off)``; None for stock
+    materialization: str | None = None
+    #: which path each layer took, as ``{"name", "type", "path", "tasks",
+    #: "layers", "reason"}`` (``path``: ``compact``, ``kept`` or ``dask``;
+    #: consecutive one-task layers of one kind folded into one entry)
+    layers: list = field(default_factory=list)
 
     def phase(self, name: str, where: str = "event-loop") -> PhaseClock:
         for p in self.phases:
@@ -209,7 +219,7 @@ class SubmissionRecord:
     def rows(self) -> Iterator[dict[str, Any]]:
         """One flat row per phase, for DataFrames and CSV."""
         head = {
-            k: v for k, v in asdict(self).items() if k != "phases"
+            k: v for k, v in asdict(self).items() if k not in ("phases", "layers")
         }
         for p in self.phases:
             row = dict(head)
@@ -261,3 +271,23 @@ class History:
 
         rows = [row for r in self for row in r.rows()]
         return pd.DataFrame(rows)
+
+
+def materialization_summary(report: list) -> str:
+    """One line for a compact graph's layer report (see ``SubmissionRecord.materialization``)."""
+    by_dask = [r for r in report if r.path == "dask"]
+    if not by_dask:
+        return "compact"
+    whole = [r for r in by_dask if r.name == "<graph>"]
+    if whole:
+        return f"dask: {whole[0].reason}"
+    n = sum(r.tasks for r in by_dask)
+    return f"compact, {n:,} tasks by dask"
+
+
+def layer_rows(report: list) -> list:
+    """A compact graph's layer report as plain dicts (the record's ``layers``)."""
+    return [
+        {"name": str(r.name), "type": r.type, "path": r.path, "tasks": r.tasks, "layers": r.layers, "reason": r.reason}
+        for r in report
+    ]

@@ -94,7 +94,10 @@ class SlimTaskState:
 
     __slots__ = (
         "key",
-        "run_spec",
+        # the run_spec: the node itself, or (``_graph`` set) the task's index
+        # in that compact graph, built into a node when read
+        "_spec",
+        "_graph",
         "_state",
         "group",
         "_prio_head",
@@ -114,7 +117,8 @@ class SlimTaskState:
 
     def __init__(self, key: Any, run_spec: Any, state: str, group: Any, validate: bool = False):
         self.key = key
-        self.run_spec = run_spec
+        self._spec = run_spec
+        self._graph = None
         self._state = state
         self._prio_head = None
         self._prio_order = None
@@ -129,13 +133,15 @@ class SlimTaskState:
         group.add(self)
 
     @classmethod
-    def detached(cls, key: Any, run_spec: Any, group: Any) -> "SlimTaskState":
+    def detached(cls, key: Any, run_spec: Any, group: Any, graph: Any = None) -> "SlimTaskState":
         """A released task whose group has NOT counted it yet: bulk ingestion
         creates many and updates each group's counts once
-        (``shim.count_added``)."""
+        (``shim.count_added``). With ``graph`` (a compact graph),
+        ``run_spec`` is the task's index there (see :attr:`run_spec`)."""
         ts = cls.__new__(cls)
         ts.key = key
-        ts.run_spec = run_spec
+        ts._spec = run_spec
+        ts._graph = graph
         ts._state = "released"
         ts._prio_head = None
         ts._prio_order = None
@@ -194,6 +200,40 @@ class SlimTaskState:
             # Unusual shapes (e.g. 2-tuples) are stored whole; a list marks it.
             self._prio_head = None if value is None else _Whole(value)
             self._prio_order = None
+
+    # --- run_spec ----------------------------------------------------------
+    @property
+    def run_spec(self) -> Any:
+        """The task's node, as stock holds it. A task ingested through a
+        compact graph (:mod:`slimgraph.ingest.compact`) keeps only its
+        index there; the node is built when read, equal to stock's (``==``
+        and the same token). Reads in a row of the same task share one
+        build (the graph keeps the last one)."""
+        g = self._graph
+        if g is None:
+            return self._spec
+        return g.read_run_spec(self._spec)
+
+    @run_spec.setter
+    def run_spec(self, value: Any) -> None:
+        self._spec = value
+        self._graph = None
+
+    def spec_data_producer(self) -> bool:
+        """``bool(run_spec and run_spec.data_producer)``, without building it."""
+        g = self._graph
+        if g is None:
+            spec = self._spec
+            return bool(spec and getattr(spec, "data_producer", False))
+        i = self._spec
+        return g.truthy(i) and g.data_producer(i)
+
+    def has_run_spec(self) -> bool:
+        """``bool(run_spec)`` (stock's pure-data test), without building it."""
+        g = self._graph
+        if g is None:
+            return bool(self._spec)
+        return g.truthy(self._spec)
 
     # --- state -----------------------------------------------------------
     @property

@@ -343,6 +343,20 @@ class CompactGraph:
         src, local = self._source(i)
         return src.build(self, i, local)
 
+    #: the node :meth:`read_run_spec` built last, ``(i, node)``
+    _last: tuple = (-1, None)
+
+    def read_run_spec(self, i: int) -> Any:
+        """:meth:`run_spec`, for a task state's reader: reads of the same
+        task in a row (distributed's ``is_rootish`` then ``_task_to_msg``
+        when it sends a task to a worker) share one build."""
+        last = self._last
+        if last[0] == i:
+            return last[1]
+        node = self.run_spec(i)
+        self._last = (i, node)
+        return node
+
     def data_producer(self, i: int) -> bool:
         src, local = self._source(i)
         return src.data_producer(local)
@@ -389,8 +403,21 @@ class CompactGraph:
 
     def data_indices(self) -> list:
         """Indices of the tasks whose run_spec is a ``DataNode`` (what
-        ``dask.order`` treats as data)."""
-        return [i for i in range(len(self.keys)) if self.is_data(i)]
+        ``dask.order`` treats as data). Only values kept as they arrived can
+        be data: a graph without such a segment has none."""
+        segs = self.segments
+        maybe = {
+            n for n, seg in enumerate(segs)
+            if type(seg) is ValueSource and any(seg.is_data(j) for j in range(len(seg.kinds)))
+        }
+        if not maybe:
+            return []
+        out = []
+        for i, code in enumerate(self.codes):
+            n = code >> SHIFT
+            if n in maybe and segs[n].is_data(code & MASK):
+                out.append(i)
+        return out
 
     def dependency_sets(self) -> "DependencySets":
         """``sets[i]``: task ``i``'s run_spec dependency frozenset, built on
