@@ -61,6 +61,7 @@ def add_worker(s, i: int, nthreads: int) -> WorkerState:
         server_id=f"worker-{i}",
         scheduler=s,
     )
+    ws.metrics = {"memory": 0, "spilled_bytes": {"memory": 0, "disk": 0}}  # (what the memory manager reads)
     s.workers[address] = ws
     s.aliases[ws.name] = address
     s.total_nthreads += nthreads

@@ -50,6 +50,7 @@ Measured (200k-task delayed tree, engine mode): see README, *Bulk dispatch*.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from time import monotonic, time
 from typing import Any
@@ -343,7 +344,7 @@ def publish(
     plan: Any,
     sid: str,
     worker_msgs: dict,
-    keep_records: Any,
+    keep_from: int | None,
     made: list,
     one: Any,
     unqueue: Any,
@@ -351,8 +352,8 @@ def publish(
     """Publish ``d`` on ``state`` (the commit; :meth:`Dispatch.holds` was
     checked). ``one(ts, pos, assumed)`` sends a queued root-ish task through
     distributed's own transition, ``unqueue(ts)`` first takes it out of the
-    plan's queue run. ``keep_records(pos)``: whether the log entries of the
-    hand-off at log position ``pos`` are needed.
+    plan's queue run. ``keep_from``: the first log position whose entries
+    are kept (None: all are, for plugins told later).
 
     Appends ``(pos, 0, records)`` to ``made`` for the hand-offs' kept log
     entries (``one`` appends those of queued tasks, in between). Returns
@@ -387,14 +388,14 @@ def publish(
             continue
         run = next(runs)
         assert run.start == s
-        ci = _publish_run(state, d, run, plan, sid, worker_msgs, keep_records, made, ci)
+        ci = _publish_run(state, d, run, plan, sid, worker_msgs, keep_from, made, ci)
         ni += run.end - run.start
         s = run.end
     return qi, ni
 
 
 def _publish_run(
-    state: Any, d: Dispatch, run: Run, plan: Any, sid: str, worker_msgs: dict, keep_records: Any, made: list, ci: int
+    state: Any, d: Dispatch, run: Run, plan: Any, sid: str, worker_msgs: dict, keep_from: int | None, made: list, ci: int
 ) -> int:
     workers = d.workers
     steps = d.steps
@@ -410,7 +411,7 @@ def _publish_run(
         x.processing_on = workers[w]
         x.run_id = msg["run_id"] = next_run_id()
         msg["stimulus_id"] = stimulus
-        msg["annotations"] = ts.annotations or {}
+        msg["annotations"] = x.annotations or {}  # (as stored; none: an empty dict, as stock's)
         if span:
             msg["span_id"] = ts.group.span_id
         ts._state = "processing"
@@ -455,17 +456,25 @@ def _publish_run(
             out.extend(msgs)
     if run.order:
         for p in list(state.plugins.values()):
-            if shim.work_stealing(p):
+            if not shim.work_stealing(p):
+                continue
+            if len(run.to_processing) == 1:  # one group, so one prefix
+                addresses = [workers[w].address for w in run.order_workers]
+                by_address = {workers[w].address: tasks for w, tasks in run.tasks.items()}
+                shim.stealing_put_one_prefix(p, state, run.order, addresses, by_address)
+            else:
                 shim.stealing_put(p, state, run.order)
-    # the log: what distributed's transitions would have logged
+    # the log: what distributed's transitions would have logged, made only
+    # for the hand-offs whose entries are kept (log positions increase)
     Transition = shim.Transition
-    entries = 0
-    for k in range(run.start, run.end):
+    entries = len(run.order) + 2 * len(run.no_worker)
+    lo = run.start
+    if keep_from is not None:
+        lo = bisect.bisect_left(range(run.start, run.end), keep_from, key=lambda k: handoffs[steps[k][1]][0])
+        lo += run.start
+    for k in range(lo, run.end):
         _, i, w = steps[k]
         pos, ts = handoffs[i]
-        entries += 1 if w >= 0 else 2
-        if not keep_records(pos):
-            continue
         key = ts.key
         if w >= 0:
             records = [Transition(key, "waiting", "processing", {}, sid, now)]
