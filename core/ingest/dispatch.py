@@ -16,9 +16,9 @@ depends only on a few numbers per worker (tasks processing, the task-prefix
 counts that make its occupancy, idleness) and on the scheduler's
 ``n_tasks``; choosing changes exactly those numbers. So:
 
-1. On the event loop, right before the build goes to its worker thread,
+1. On the event loop, once the build and replay are done,
    :func:`take_view` copies those numbers (a tuple per worker; microseconds).
-2. In the worker thread, after the replay, :func:`shadow` runs
+2. In a worker thread, :func:`shadow` runs
    distributed's own ``decide_worker_non_rootish`` (and, for queued
    root-ish tasks taken while a worker is idle,
    ``decide_worker_rootish_queuing_enabled``) and ``check_idle_saturated``
@@ -41,7 +41,12 @@ counts that make its occupancy, idleness) and on the scheduler's
    tasks between runs still go through distributed's own transition, and
    the worker it picks is checked against the shadow's.
 
-Whenever an assumption fails (the workers changed during the build, a
+The shadow's window is short (about 8 us a task, in the thread), but a
+busy cluster (tasks finishing, a second client's submissions) changes the
+workers all the time: if they changed while the shadow ran, the pipeline
+takes the view and runs the shadow again (a few times).
+
+Whenever an assumption fails (the workers changed since the shadow, a
 queued task went elsewhere, another plugin listens, ``validate=True``,
 which is never staged) the commit falls back to distributed's transitions
 one by one from that point: the state up to there is stock's.
@@ -128,15 +133,24 @@ class Dispatch:
     #: message keys the commit fills in
     has_span_id: bool = False
 
-    def holds(self, state: Any) -> bool:
-        """Whether the shadow's assumptions hold on ``state`` now."""
-        if state.validate or take_view(state) != self.view:
+    def current(self, state: Any, b: Any = None) -> bool:
+        """Whether the workers and the prefix durations are as the shadow
+        saw them (``b``: before its new prefixes are published)."""
+        if take_view(state) != self.view:
             return False
         prefixes = state.task_prefixes
+        private = {} if b is None else b.prefixes
         for name, inputs in self.durations.items():
-            tp = prefixes.get(name)
+            tp = prefixes.get(name) or private.get(name)
             if tp is None or shim.prefix_duration_inputs(tp) != inputs:
                 return False
+        return True
+
+    def holds(self, state: Any) -> bool:
+        """Whether the shadow's assumptions hold on ``state`` now (in the
+        commit, with the plugins told later taken out)."""
+        if state.validate or not self.current(state):
+            return False
         any_processing = any(r.order for r in self.runs)
         any_no_worker = any(r.no_worker for r in self.runs)
         for p in state.plugins.values():
