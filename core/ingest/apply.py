@@ -321,8 +321,8 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
         if bulk is not None and bulk.holds(state):
             # distributed's own choices, made in the build thread on a
             # shadow of the workers, published in bulk (slimgraph.ingest.dispatch)
-            keep = (lambda pos: True) if told_later else (lambda pos: pos >= first)
-            qi, ni = dispatch.publish(state, bulk, plan, sid, worker_msgs, keep, made, one, unqueue)
+            keep_from = None if told_later else first
+            qi, ni = dispatch.publish(state, bulk, plan, sid, worker_msgs, keep_from, made, one, unqueue)
             plan.dispatched = ni
             state.slim_dispatched += ni
         while True:  # one by one (the rest, if the shadow was wrong somewhere)

@@ -66,6 +66,10 @@ from slimgraph.runtime import disposal, gcpolicy, switching
 
 logger = logging.getLogger("slimgraph.ingest")
 
+#: how many times the dispatch shadow is made again when the workers
+#: changed while it ran (see Pipeline._shadow)
+SHADOW_TRIES = 3
+
 
 class Pipeline:
     """One ``update_graph`` on ``target`` (see module docstring).
@@ -244,7 +248,6 @@ class Pipeline:
         if why is None:
             seq_base = s.queued.reserve(len(sub.index.reached))
             complete = any(applier.listeners(s).values())
-            workers = dispatch.take_view(s)  # what the shadow starts from
 
             def off_loop() -> tuple:
                 b = build(s, sub, rec, where="offload")
@@ -252,13 +255,12 @@ class Pipeline:
                     return b, None
                 with rec.phase("transitions", where="offload") as p:
                     plan = replay(s, b, seq_base, complete)
-                    if not plan.stock and not plan.live_writes:
-                        # where the ready tasks will go (slimgraph.ingest.dispatch)
-                        plan.dispatch = dispatch.shadow(s, b, plan, workers)
                     p.tasks = len(b.new)
                 return b, plan
 
             b, plan = await shim.offload(off_loop)
+            if plan is not None and not plan.stock and not plan.live_writes:
+                await self._shadow(b, plan)
             if plan is None:
                 why = "the graph has keys the scheduler already has"
             elif plan.stock:
@@ -285,6 +287,22 @@ class Pipeline:
             why,
         )
         return None
+
+    async def _shadow(self, b: Any, plan: Any) -> None:
+        """Where the commit will send the ready tasks (slimgraph.ingest.dispatch):
+        the workers' view is taken now, after the build, and the shadow
+        runs in a thread (its own short window: a busy cluster changes the
+        workers all the time). Taken again if they changed meanwhile, up to
+        :data:`SHADOW_TRIES` times; then the commit goes one by one."""
+        s = self.target
+        for _ in range(SHADOW_TRIES):
+            view = dispatch.take_view(s)
+            if view is None:
+                return
+            with self.rec.phase("transitions", where="offload"):
+                plan.dispatch = await shim.offload(dispatch.shadow, s, b, plan, view)
+            if plan.dispatch is None or plan.dispatch.current(s, b):
+                return
 
     def _in_place(self, sub: Submission) -> tuple:
         """Build, replay and apply on the loop, with nothing in between."""

@@ -458,6 +458,28 @@ def stealing_level(plugin: Any, ts: Any) -> int | None:
     return None if cost is None else level
 
 
+def stealing_put_one_prefix(plugin: Any, state: Any, order: list, addresses: list, by_address: dict) -> None:
+    """:func:`stealing_put` for tasks of one prefix, in bulk: ``order`` the
+    tasks in order, ``addresses`` where each went, ``by_address`` {address:
+    its tasks, in order}."""
+    ts = order[0]
+    tp = ts.group.prefix
+    cost, level = plugin.steal_time_ratio(ts)
+    if cost is None:
+        return
+    stealable = plugin.stealable
+    for address, tasks in by_address.items():
+        stealable[address][level].update(tasks)
+    where = {a: (a, level) for a in by_address}
+    plugin.key_stealable.update(zip(order, [where[a] for a in addresses]))
+    if state._get_prefix_duration(tp) != tp.duration_average:
+        unknown = plugin.unknown_durations
+        s = unknown.get(tp.name)
+        if s is None:
+            s = unknown[tp.name] = set()
+        s.update(order)
+
+
 def stealing_put(plugin: Any, state: Any, tasks: list) -> None:
     """``WorkStealing.put_key_in_stealable`` for each of ``tasks`` (tasks
     without dependencies, now processing), in that order."""
