@@ -32,14 +32,30 @@ def validate_tasks(n: int) -> int:
     return count
 
 
-def array(n: int, chunk: int = 2, offset: int = 1) -> Any:
+def _side(n: int) -> int:
+    return max(2, int(math.sqrt(validate_tasks(n) / 1.34)))
+
+
+def array(n: int, chunk: int = 2, offset: Any = 1) -> Any:
     """``(ones + offset).sum(axis=0)`` on a square grid of ``chunk`` x
     ``chunk`` chunks (the seed report's workload): one fused task per chunk
-    plus the reduction tree. ``offset`` changes the keys, not the shape."""
+    plus the reduction tree. A number ``offset`` changes the keys, not the
+    shape; :func:`array_inputs` (persisted) makes each block depend on data
+    already on the cluster."""
     import dask.array as da
 
-    side = max(2, int(math.sqrt(validate_tasks(n) / 1.34)))
+    side = _side(n)
     return (da.ones((side * chunk, side * chunk), chunks=chunk) + offset).sum(axis=0)
+
+
+def array_inputs(n: int, chunk: int = 2) -> Any:
+    """A row of ``array(n)``'s width, one chunk per column of blocks: as
+    ``array(n, offset=client.persist(array_inputs(n)))`` every block task
+    depends on one persisted key (a user's ``x = x.persist()`` before a big
+    computation). About ``sqrt(n)`` tasks."""
+    import dask.array as da
+
+    return da.arange(_side(n) * chunk, chunks=chunk)
 
 
 def _inc(x: Any) -> Any:
@@ -50,10 +66,12 @@ def _add(*xs: Any) -> Any:
     return sum(xs)
 
 
-def delayed(n: int, chain: int = 4, fan_in: int = 4) -> Any:
+def delayed(n: int, chain: int = 4, fan_in: int = 4, inputs: Any = None) -> Any:
     """Tree reduction of chains (the 1M-task report's shape), built with
     dask.delayed: ``leaves`` chains of ``chain`` increments, then a tree
-    that sums ``fan_in`` at a time."""
+    that sums ``fan_in`` at a time. With ``inputs`` (a list of futures,
+    e.g. ``client.scatter(range(64))``) chain ``i`` starts by adding
+    ``inputs[i % len(inputs)]`` to ``i`` instead of incrementing ``i``."""
     from dask import delayed as dl
 
     leaves = max(2, int(validate_tasks(n) / (chain + 1 + 1 / (fan_in - 1))))
@@ -61,8 +79,11 @@ def delayed(n: int, chain: int = 4, fan_in: int = 4) -> Any:
     add = dl(_add, pure=True)
     xs = []
     for i in range(leaves):
-        x = i
-        for _ in range(chain):
+        if inputs is None:
+            x = inc(i)
+        else:  # i keeps the chains apart (pure: equal arguments, one key)
+            x = add(inputs[i % len(inputs)], i)
+        for _ in range(chain - 1):
             x = inc(x)
         xs.append(x)
     while len(xs) > 1:

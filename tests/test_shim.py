@@ -266,3 +266,41 @@ def test_node_classes_are_dasks():
     dsk = convert_legacy_graph({"a": 1, "b": (inc, "a")})
     assert isinstance(dsk["b"], shim.Task) and isinstance(dsk["b"], shim.GraphNode)
     assert shim.TaskRef is TaskRef
+
+
+def test_private_names_only_in_the_shim():
+    """Outside ``slimgraph.shim`` no module imports a private name or a
+    private module of dask or distributed, nor names the private methods
+    and functions the shim wraps (the issue's "a search of the package for
+    distributed's private names finds them only in the shim")."""
+    import ast
+    import pathlib
+
+    import slimgraph
+    from slimgraph import shim
+
+    wrapped = {name for _, name in shim.STOCK_FUNCTIONS.values() if name.startswith("_")}
+    wrapped |= {m for m in shim.STOCK_METHODS.values() if m.startswith("_")}
+    wrapped |= {shim.STOCK_CREATE_TASKSTATES, "_transitions", "_ensure_span", "_size", "_groups"}
+    root = pathlib.Path(slimgraph.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "shim":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                mod = node.module if isinstance(node, ast.ImportFrom) else None
+                names = [a.name for a in node.names]
+                mods = [mod] if mod else names
+                for m in mods:
+                    if m and m.split(".")[0] in ("dask", "distributed") and any(
+                            p.startswith("_") for p in m.split(".")):
+                        found.append((str(rel), node.lineno, m))
+                if mod and mod.split(".")[0] in ("dask", "distributed"):
+                    found += [(str(rel), node.lineno, n) for n in names if n.startswith("_")]
+            elif isinstance(node, ast.Attribute) and node.attr in wrapped:
+                found.append((str(rel), node.lineno, node.attr))
+            elif isinstance(node, ast.Constant) and node.value in wrapped:
+                found.append((str(rel), node.lineno, node.value))
+    assert found == []

@@ -187,12 +187,35 @@ def _wait_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
+def real_use_collection(client: Any, workload: str, tasks: int) -> Any:
+    """``workload`` as users submit it after some work: on inputs already on
+    the cluster (persisted for the array, scattered futures for the delayed
+    tree). Each is computed before this returns."""
+    from distributed import wait
+
+    from slimgraph import workloads
+
+    if workload == "array":
+        inputs = client.persist(workloads.array_inputs(tasks))
+        wait(inputs)
+        return workloads.array(tasks, offset=inputs)
+    if workload == "delayed":
+        return workloads.delayed(tasks, inputs=client.scatter(list(range(64))))
+    raise ValueError(f"--real-use supports the array and delayed workloads, not {workload!r}")
+
+
 def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
-             progress: Any = None, compute_seconds: float | None = None, load: bool = True) -> dict:
+             progress: Any = None, compute_seconds: float | None = None, load: bool = True,
+             real_use: bool = False) -> dict:
     """One kind, end to end, in fresh scheduler and worker processes.
     ``load``: besides the pings, a second client's submissions, dashboard
-    page loads and the workers' heartbeat gaps (see :class:`_Load`)."""
-    from distributed import Client, wait
+    page loads and the workers' heartbeat gaps (see :class:`_Load`).
+    ``real_use``: the graph depends on persisted inputs
+    (:func:`real_use_collection`) and is computed inside a
+    ``distributed.span``."""
+    import contextlib
+
+    from distributed import Client, span, wait
 
     from slimgraph.workloads import WORKLOADS
     from slimgraph.instrument.client import get_submissions, install
@@ -222,19 +245,22 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
 
             client.run_on_scheduler(heartbeats.watch)
             dash = client.dashboard_link.rsplit("/", 1)[0] if load else None
-            coll = WORKLOADS[workload](tasks)
+            coll = (real_use_collection(client, workload, tasks) if real_use
+                    else WORKLOADS[workload](tasks))
             say(f"{kind}: submitting")
             with _Load(client.scheduler.address, dash, submit_every=0.5 if load else 0) as ping:
                 while load and len(ping.pages) < 2:  # the dashboard pages are open first
                     time.sleep(0.1)
+                # this client's earlier submissions (the inputs) are not the one measured
+                seen = len([r for r in get_submissions(client) if r.client == client.id])
                 t0 = time.time()
-                fut = client.compute(coll)
+                with span("slimgraph-bench") if real_use else contextlib.nullcontext():
+                    fut = client.compute(coll)
                 rec = None
                 while rec is None:
                     time.sleep(0.2)
-                    recs = [r for r in get_submissions(client)
-                            if r.status != "running" and r.client == client.id]
-                    rec = recs[-1] if recs else None
+                    recs = [r for r in get_submissions(client) if r.client == client.id][seen:]
+                    rec = recs[0] if recs and recs[0].status != "running" else None
                 say(f"{kind}: ingested in {rec.start + rec.total_s - t0:.1f} s, computing")
                 if compute_seconds is None:
                     wait(fut)
@@ -270,6 +296,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             # (time.time(), seconds) of every ping, for a timeline
             "ping_timeline": [(w - t0, d) for w, d in ping.pings],
             "rss_bytes_per_task": rss,
+            "ingestion": rec.ingestion,
             "compute_seconds": None if t_done is None else t_done - t0,
             "result": None if t_done is None else repr(value)[:200],
         }
@@ -296,11 +323,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def bench_client(workload: str, tasks: int, workers: int = 2,
                  json_path: str | None = None, compute_seconds: float | None = None,
-                 load: bool = True) -> dict:
+                 load: bool = True, real_use: bool = False) -> dict:
     def say(msg: str) -> None:
         print(f"  {msg}", file=sys.stderr, flush=True)
 
-    runs = {kind: run_kind(kind, workload, tasks, workers, say, compute_seconds, load) for kind in KINDS}
+    runs = {kind: run_kind(kind, workload, tasks, workers, say, compute_seconds, load, real_use)
+            for kind in KINDS}
     st, sl = runs["stock"], runs["slim"]
     result = {
         "mode": "client",
@@ -308,6 +336,7 @@ def bench_client(workload: str, tasks: int, workers: int = 2,
         "requested_tasks": tasks,
         "tasks": sl["tasks"],
         "workers": workers,
+        "real_use": real_use,
         "stock": st,
         "slim": sl,
         "same_result": None if st["result"] is None else st["result"] == sl["result"],
@@ -352,6 +381,8 @@ def format_client_table(result: dict) -> str:
 
     out.append(f"longest block, most of it in: stock {block_phase(result['stock'])}, "
                f"slim {block_phase(result['slim'])}")
+    out.append(f"slim ingestion: {result['slim'].get('ingestion') or '-'}"
+               + ("; inputs persisted beforehand, computed inside a span" if result.get("real_use") else ""))
     out.append("")
     out.append(f"{'what other users saw (ms)':38} {'stock':>20} {'slim':>20}")
     out.append(f"{'':38} {'median / p99 / max':>20} {'median / p99 / max':>20}")

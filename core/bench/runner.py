@@ -293,12 +293,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-load", dest="load", action="store_false",
                     help="client mode: only ping (no second client's submissions, "
                          "no dashboard page loads)")
+    ap.add_argument("--real-use", action="store_true",
+                    help="client mode: the graph depends on inputs persisted beforehand "
+                         "(array) or scattered (delayed), and is computed inside a "
+                         "distributed.span, with dask's dashboard pages open (unless --no-load)")
     a = ap.parse_args(argv)
     if a.mode == "client":
         from slimgraph.bench.e2e import bench_client, format_client_table
 
         print(format_client_table(
-            bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds, a.load)))
+            bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds, a.load,
+                         a.real_use)))
         return
     kinds = (a.only,) if a.only else ("stock", "slim", *(("slim-dask",) if a.compact_off else ()))
     result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds, a.floor)

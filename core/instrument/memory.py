@@ -63,6 +63,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from slimgraph import shim
 from slimgraph.runtime import gcpause
 
 #: Container-like TaskState attributes, each gets its own node.
@@ -636,7 +637,7 @@ class _Walker:
                         stack.append((v, "run_spec/args"))
                     elif slot == "kwargs":
                         stack.append((v, "run_spec/kwargs"))
-                    elif slot == "_dependencies":
+                    elif slot == shim.NODE_DEPENDENCIES_SLOT:
                         stack.append((v, "run_spec/dependencies"))
                     elif slot in ("func", "key", "value", "target"):
                         stack.append((v, "run_spec/values" if slot == "value"
@@ -686,7 +687,7 @@ def _graph_node_types() -> tuple:
     global _GN_TYPES
     if _GN_TYPES is None:
         try:
-            from dask._task_spec import GraphNode, TaskRef
+            from slimgraph.shim import GraphNode, TaskRef
         except ImportError:  # pragma: no cover
             class GraphNode:  # type: ignore[no-redef]
                 pass

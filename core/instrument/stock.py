@@ -57,8 +57,8 @@ import threading
 from typing import Any, Callable
 
 import dask.order
-import distributed.scheduler as dsched
-from distributed import Scheduler
+
+from slimgraph import shim
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from slimgraph.instrument.recorder import get_extension
@@ -204,16 +204,16 @@ def _install_globals() -> None:
         _globals_users += 1
         if _globals_users > 1:
             return
-        specs = [
-            (dsched, "deserialize", _timed(dsched.deserialize, "deserialize")),
-            (dsched, "_materialize_graph", _timed(
-                dsched._materialize_graph, "materialize", where="offload",
-                loop_side=False, count=_count_materialize)),
-            (dsched, "_cull", _timed(dsched._cull, "cull", count=_count_dsk_out)),
-            (dask.order, "order", _timed(
-                dask.order.order, "order", where="offload", loop_side=False,
-                count=_count_dsk_out)),
-        ]
+        timing = {
+            "deserialize": {},
+            "materialize": {"where": "offload", "loop_side": False, "count": _count_materialize},
+            "cull": {"count": _count_dsk_out},
+        }
+        specs = [(mod, name, _timed(getattr(mod, name), phase, **timing[phase]))
+                 for phase, (mod, name) in shim.STOCK_FUNCTIONS.items()]
+        specs.append((dask.order, "order", _timed(
+            dask.order.order, "order", where="offload", loop_side=False,
+            count=_count_dsk_out)))
         for mod, name, new in specs:
             old = getattr(mod, name)
             setattr(mod, name, new)
@@ -239,25 +239,21 @@ def records_own_phases(scheduler: Any) -> bool:
     flag = getattr(scheduler, "slimgraph_records_phases", None)
     if flag is not None:
         return bool(flag)
-    cls = type(scheduler)
-    return not (
-        getattr(cls, "update_graph", None) is Scheduler.update_graph
-        and getattr(cls, "_create_taskstate_from_graph", None)
-        is Scheduler._create_taskstate_from_graph
-    )
+    return not shim.runs_stock_update_graph(type(scheduler))
 
 
 class Hooks:
     """The instance-level wrappers installed on one scheduler."""
 
-    INSTANCE_PHASES = (
-        ("_find_lost_dependencies", "lost_dependencies", _count_lost),
-        ("_generate_taskstates", "task_states", _count_taskstates),
-        ("_apply_annotations", "annotations", _count_tasks_kw("tasks")),
-        ("_set_priorities", "priorities", _count_tasks_kw("tasks")),
-        ("client_desires_keys", "who_wants", _count_tasks_kw("keys")),
-        ("transitions", "transitions", _count_recs),
-    )
+    #: phase -> how to count its tasks (the methods: shim.STOCK_METHODS)
+    INSTANCE_PHASES = {
+        "lost_dependencies": _count_lost,
+        "task_states": _count_taskstates,
+        "annotations": _count_tasks_kw("tasks"),
+        "priorities": _count_tasks_kw("tasks"),
+        "who_wants": _count_tasks_kw("keys"),
+        "transitions": _count_recs,
+    }
 
     def __init__(self, scheduler: Any, record_phases: bool):
         self.scheduler = scheduler
@@ -281,10 +277,11 @@ class Hooks:
                 d["update-graph"] = wrapper
                 self._replaced_handlers.append((d, "update-graph", old, wrapper))
         if self.record_phases:
-            for meth, phase, count in self.INSTANCE_PHASES:
+            for phase, count in self.INSTANCE_PHASES.items():
+                meth = shim.STOCK_METHODS[phase]
                 self._set(s, meth, _timed(getattr(s, meth), phase, count=count))
-            self._set(s, "_create_taskstate_from_graph",
-                      self._make_create(s._create_taskstate_from_graph))
+            create = shim.STOCK_CREATE_TASKSTATES
+            self._set(s, create, self._make_create(getattr(s, create)))
             self._set(s, "log_event", self._make_log_event(s.log_event))
             _install_globals()
             self._globals = True

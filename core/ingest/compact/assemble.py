@@ -17,7 +17,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from ._names import Alias, GraphNode, Task, _execute_subgraph, _is_dask_future
+from slimgraph.shim.compact import Alias, GraphNode, Task, _execute_subgraph, _is_dask_future
 from .cull import RUN
 from .graph import MASK, NODE, SHIFT, TEMPLATE, BlockSource, LayerReport, ValueSource, add_report
 from .layers import BLOCKWISE, GraphLayers

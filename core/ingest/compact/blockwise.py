@@ -37,7 +37,7 @@ import itertools
 from math import prod
 from typing import Any
 
-from ._names import (
+from slimgraph.shim.compact import (
     ArrayBlockIdDep,
     ArrayChunkShapeDep,
     ArraySliceDep,

@@ -32,7 +32,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from ._names import GraphNode
+from slimgraph.shim.compact import GraphNode
 from .graph import NODE
 from .legacy import Skeleton, skeleton_shape
 from .layers import BLOCKWISE, LEGACY, NODES, GraphLayers

@@ -24,7 +24,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from ._names import GraphNode, _execute_subgraph, default_fused_keys_renamer
+from slimgraph.shim.compact import GraphNode, _execute_subgraph, default_fused_keys_renamer
 from .assemble import Part
 from .graph import MASK, NODE, SHIFT, AliasSource, BlockSource, FusedSource, ValueSource
 from .setorder import refs_order

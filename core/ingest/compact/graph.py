@@ -24,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from ._names import (
+from slimgraph.shim.compact import (
     Alias,
     DataNode,
     GraphNode,

@@ -27,7 +27,7 @@ from array import array
 from bisect import bisect_right
 from typing import Any
 
-from ._names import ArrayOverlapLayer, Blockwise, GraphNode, MaterializedLayer
+from slimgraph.shim.compact import ArrayOverlapLayer, Blockwise, GraphNode, MaterializedLayer
 from .blockwise import BlockwiseLayer
 from .unsupported import Unsupported
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._names import Alias, GraphNode, Task, _identity_cast, _is_dask_future
+from slimgraph.shim.compact import Alias, GraphNode, Task, _identity_cast, _is_dask_future
 from .setorder import Collector, aliases_frozenset
 from .unsupported import Unsupported
 

@@ -28,7 +28,7 @@ from typing import Any
 import dask
 import dask.config
 
-from ._names import (
+from slimgraph.shim.compact import (
     HLGExpr,
     _AnnotationsTombstone,
     _HLGExprSequence,

@@ -2,8 +2,9 @@
 
 Used for every submission the compact path does not cover (dask.dataframe
 expressions, low-level dict graphs, unknown layers or optimizers, ...):
-``_materialize_graph`` and, where update_graph culls, distributed's
-``_cull``, exactly as stock runs them. The resulting nodes are kept as the
+dask's materialization and, where update_graph culls, distributed's
+cull (:func:`slimgraph.shim.materialize`, :func:`slimgraph.shim.cull`),
+exactly as stock runs them. The resulting nodes are kept as the
 tasks' sources, so the engine reads every graph the same way.
 """
 from __future__ import annotations
@@ -11,16 +12,16 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from ._names import _cull, _materialize_graph
+from slimgraph import shim
 from .graph import NODE, SHIFT, CompactGraph, LayerReport, ValueSource
 
 
 def stock_graph(expr: Any, keys: Any, cull: bool, validate: bool, reason: str) -> CompactGraph:
-    dsk, annotations = _materialize_graph(expr=expr, validate=validate)
+    dsk, annotations = shim.materialize(expr, validate)
     name = type(expr).__name__
     del expr
     if cull:
-        dsk = _cull(dsk, keys if isinstance(keys, set) else set(keys))
+        dsk = shim.cull(dsk, keys if isinstance(keys, set) else set(keys))
     return from_dict(dsk, annotations, [LayerReport("<graph>", name, "dask", len(dsk), reason)])
 
 

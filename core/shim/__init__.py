@@ -9,7 +9,9 @@ are not an API: a release can rename or change any of them. So every use
 lives here, one small function per need, each with a test in
 ``tests/test_shim.py``; the rest of the package only calls these functions.
 A search of the package for distributed's private names finds them in this
-module only.
+package only: here, and in :mod:`slimgraph.shim.compact` (dask's internals
+the compact materialization reproduces, kept apart because they import
+dask.array and dask.bag).
 
 At import the installed dask and distributed are checked against the range
 the differential tests pass on (:data:`SUPPORTED`). Any other release is
@@ -126,6 +128,46 @@ _ACT_ONLY_FROM_PROCESSING = (TaskStreamPlugin, Progress, MultiProgress, GroupTim
 #: submission's names through the cached one fills that cache with up to
 #: 100k of its keys and keeps them alive).
 key_split = getattr(_cached_key_split, "__wrapped__", _cached_key_split)
+
+
+# ---------------------------------------------------------------------------
+# Stock's update_graph, as the instruments time it (slimgraph.instrument.stock)
+# ---------------------------------------------------------------------------
+import distributed.scheduler as _scheduler_module  # noqa: E402
+
+#: Module-level functions stock's update_graph calls, by the phase each is:
+#: ``phase -> (module, attribute)``. The instruments wrap the attribute.
+STOCK_FUNCTIONS = {
+    "deserialize": (_scheduler_module, "deserialize"),
+    "materialize": (_scheduler_module, "_materialize_graph"),
+    "cull": (_scheduler_module, "_cull"),
+}
+
+#: Scheduler methods stock's update_graph calls, by the phase each is.
+STOCK_METHODS = {
+    "lost_dependencies": "_find_lost_dependencies",
+    "task_states": "_generate_taskstates",
+    "annotations": "_apply_annotations",
+    "priorities": "_set_priorities",
+    "who_wants": "client_desires_keys",
+    "transitions": "transitions",
+}
+
+#: The Scheduler method in which stock builds a submission's Computation and
+#: task states (plugins' update_graph and spans run inside it).
+STOCK_CREATE_TASKSTATES = "_create_taskstate_from_graph"
+
+
+def runs_stock_update_graph(cls: type) -> bool:
+    """Whether ``cls`` ingests with distributed's own update_graph."""
+    return (getattr(cls, "update_graph", None) is Scheduler.update_graph
+            and getattr(cls, STOCK_CREATE_TASKSTATES, None)
+            is getattr(Scheduler, STOCK_CREATE_TASKSTATES))
+
+
+#: The slot in which a dask task-spec node keeps its dependencies (the
+#: memory instruments walk it like the other slots).
+NODE_DEPENDENCIES_SLOT = "_dependencies"
 
 
 # ---------------------------------------------------------------------------

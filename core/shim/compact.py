@@ -1,11 +1,12 @@
-"""Every private name of dask and distributed this package uses, in one place.
+"""The shim's names for the compact materialization (:mod:`slimgraph.ingest.compact`).
 
 The compact materialization reproduces dask's own materialization of a
 submission, so it needs dask's internals: the expression classes a client
 sends, the task-spec node classes and converters, Blockwise's coordinate
 planning, and the optimizations' building blocks. Importing them here (and
-nowhere else in the package) keeps the surface in view; the lead folds this
-module into ``slimgraph.shim``.
+nowhere else in the package) keeps the surface in view. A module of its own
+inside the shim because these imports pull in dask.array and dask.bag, which
+a scheduler that never ingests compactly need not import.
 """
 from __future__ import annotations
 
@@ -54,16 +55,15 @@ from dask.layers import (
     ArraySliceDep,
 )
 from dask.optimization import default_fused_keys_renamer
-from distributed.scheduler import _cull, _materialize_graph
 
 __all__ = [
     "Alias", "_AnnotationsTombstone", "validate_key", "ArrayBlockIdDep", "ArrayChunkShapeDep", "ArrayOverlapLayer",
     "ArraySliceDep", "BlockIndex", "Blockwise", "DataNode", "GraphNode",
     "HLGExpr", "HLGFinalizeCompute", "HighLevelGraph", "LLGExpr",
     "MaterializedLayer", "Task", "TaskRef", "_HLGExprGroup", "_HLGExprSequence",
-    "_cull", "_execute_subgraph", "_identity_cast", "_get_coord_mapping", "_get_dependencies",
+    "_execute_subgraph", "_identity_cast", "_get_coord_mapping", "_get_dependencies",
     "_is_dask_future", "_lol_product", "_make_blockwise_graph",
-    "_materialize_graph", "_optimize_slices", "array_optimize", "bag_optimize",
+    "_optimize_slices", "array_optimize", "bag_optimize",
     "blockwise_token", "convert_legacy_graph", "convert_legacy_task",
     "default_fused_keys_renamer", "delayed_optimize", "flatten", "fuse_roots",
     "keys_in_tasks", "optimize_blockwise", "parse_input",
