@@ -255,9 +255,14 @@ def test_lost_worker_recomputes_from_the_compact_graph(clusters):
             client.run(lambda: os._exit(1), workers=[victim], on_error="ignore")
             total = int(client.compute(y.sum()).result(timeout=120))
             assert total == expected
-            recomputed = {
-                t.key for t in s.transition_log if t.key in set(keys) and t.start == "memory" and t.finish == "released"
-            }
+            wanted = set(keys)
+            # (the scheduler runs in its own thread: read its log there)
+            recomputed = client.run_on_scheduler(
+                lambda dask_scheduler: {
+                    t.key for t in dask_scheduler.transition_log
+                    if t.key in wanted and t.start == "memory" and t.finish == "released"
+                }
+            )
             assert recomputed, "no persisted result was lost"
             del y
             client.wait_for_workers(2, timeout=60)
