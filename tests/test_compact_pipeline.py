@@ -233,12 +233,6 @@ def test_results_on_worker_processes(clusters):
             assert _last_record(cluster).materialization == "compact"
 
 
-def _released_from_memory(keys, dask_scheduler=None):
-    keys = set(keys)
-    return [t.key for t in dask_scheduler.transition_log
-            if t.key in keys and t.start == "memory" and t.finish == "released"]
-
-
 def test_lost_worker_recomputes_from_the_compact_graph(clusters):
     """A worker process dies holding persisted results: the scheduler sends
     their run_specs (read from the compact graph) again."""
@@ -261,8 +255,14 @@ def test_lost_worker_recomputes_from_the_compact_graph(clusters):
             client.run(lambda: os._exit(1), workers=[victim], on_error="ignore")
             total = int(client.compute(y.sum()).result(timeout=120))
             assert total == expected
-            # the log is read on the scheduler's own thread (it keeps changing)
-            recomputed = set(client.run_on_scheduler(_released_from_memory, keys=keys))
+            wanted = set(keys)
+            # (the scheduler runs in its own thread: read its log there)
+            recomputed = client.run_on_scheduler(
+                lambda dask_scheduler: {
+                    t.key for t in dask_scheduler.transition_log
+                    if t.key in wanted and t.start == "memory" and t.finish == "released"
+                }
+            )
             assert recomputed, "no persisted result was lost"
             del y
             client.wait_for_workers(2, timeout=60)

@@ -56,6 +56,8 @@ def record_from_dict(d: dict) -> SubmissionRecord:
     is a ``TypeError``, not a guess)."""
     d = dict(d)
     phases = [PhaseRecord(**p) for p in d.pop("phases")]
+    if "layers" in d:  # (a list of dicts; the wire may hand back a tuple)
+        d["layers"] = [dict(x) for x in d["layers"]]
     return SubmissionRecord(phases=phases, **d)
 
 
