@@ -23,7 +23,8 @@ from slimgraph.instrument.lazysets import AttrCensus, Census
 from slimgraph.instrument.recorder import get_extension, get_history
 from slimgraph.instrument.records import PHASES, PhaseRecord, SubmissionRecord
 from slimgraph.views import tab, transforms
-from slimgraph.views.figures import PHASE_COLORS, Views
+from slimgraph.views.figures import Views
+from slimgraph.views.palette import PHASE_COLORS
 from slimgraph.views.refresher import Refresher
 
 OUR_PAGES = {"/individual-slimgraph-timing", "/individual-slimgraph-memory",

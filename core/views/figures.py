@@ -23,7 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimgraph.instrument.records import PHASES
+from slimgraph.views.palette import (
+    EAGER_COLOR,
+    PHASE_COLORS,
+    PHASE_HATCHES,
+    engine_color,
+    engine_tint,
+)
 from slimgraph.views.transforms import (
     LAZY_ATTR_COLUMNS,
     LAZY_SERIES_COLUMNS,
@@ -36,28 +42,6 @@ from slimgraph.views.transforms import (
 
 KINDS = ("stock", "slim")
 
-#: Fixed phase colours, in :data:`slimgraph.instrument.records.PHASES` order, then "other".
-PHASE_COLORS = dict(
-    zip(
-        PHASES,
-        (
-            "#1f77b4",  # deserialize
-            "#aec7e8",  # materialize
-            "#ff7f0e",  # cull
-            "#ffbb78",  # lost_dependencies
-            "#2ca02c",  # order
-            "#98df8a",  # task_states
-            "#d62728",  # annotations
-            "#9467bd",  # priorities
-            "#8c564b",  # who_wants
-            "#e377c2",  # transitions
-            "#7f7f7f",  # plugins
-            "#17becf",  # commit
-        ),
-    )
-)
-PHASE_COLORS[OTHER] = "#d9d9d9"
-KIND_COLORS = {"stock": "#d62728", "slim": "#1f77b4"}
 
 
 def _figure(sizing_mode: str | None, width: int, **kw: Any):
@@ -100,6 +84,10 @@ class TimingFigure:
             width=0.8,
             source=self.source,
             color=[PHASE_COLORS[p] for p in STACK],
+            hatch_pattern=[PHASE_HATCHES[p] for p in STACK],
+            hatch_color="#333333",
+            hatch_alpha=0.45,
+            hatch_scale=8,
             name=[f"sg-phase-{p}-{kind}" for p in STACK],
         )
         for p, r in zip(STACK, renderers):
@@ -192,9 +180,12 @@ class LazySeriesFigure:
         fig = _figure(sizing_mode, width, title=f"lazy containers over time: {kind}",
                       x_axis_type="datetime", y_axis_label="MiB", height=260)  # fmt: skip
         src = self.source
-        r1 = fig.line("time", "saved_mb", source=src, color="#2ca02c", line_width=2)
-        r2 = fig.line("time", "held_mb", source=src, color="#1f77b4", line_width=2)
-        r3 = fig.line("time", "eager_mb", source=src, color="#7f7f7f", line_dash="dashed")
+        # the saving is the band between what is held and what eager sets would hold
+        r1 = fig.varea("time", y1="held_mb", y2="eager_mb", source=src,
+                       fill_color=engine_tint(kind, 1), fill_alpha=0.6)
+        r2 = fig.line("time", "held_mb", source=src, color=engine_color(kind), line_width=2)
+        r3 = fig.line("time", "eager_mb", source=src, color=EAGER_COLOR, line_width=2,
+                      line_dash="dashed")
         fig.add_layout(
             Legend(
                 items=[
@@ -208,7 +199,8 @@ class LazySeriesFigure:
         )
         fig.add_tools(
             HoverTool(
-                renderers=[r1],
+                renderers=[r2],
+                mode="vline",
                 tooltips=[
                     ("saved", "@saved_mb{0.00} MiB"),
                     ("held", "@held_mb{0.00} MiB"),
@@ -243,7 +235,7 @@ class LazyAttrsFigure:
             y="attribute",
             height=0.7,
             source=self.source,
-            color=["#1f77b4", "#c7c7c7"],
+            color=[engine_color(kind), engine_tint(kind, 3)],
         )
         fig.add_layout(
             Legend(
@@ -291,7 +283,7 @@ class RssFigure:
                       y_axis_label="MiB", height=220)  # fmt: skip
         for kind in self.kinds:
             fig.line(
-                "time", f"{kind}_mb", source=self.source, color=KIND_COLORS.get(kind, "black"),
+                "time", f"{kind}_mb", source=self.source, color=engine_color(kind),
                 line_width=2, legend_label=kind,
             )  # fmt: skip
         fig.legend.location = "top_left"

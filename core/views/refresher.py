@@ -185,7 +185,7 @@ class Refresher:
         except Exception as e:  # noqa: BLE001
             self._note(kind, "memory", repr(e))
             return
-        self._post(self.views.memory[kind].show, icicle(tree_rows(tree)), tree.ntasks, tree.sample)
+        self._post(self.views.memory[kind].show, icicle(tree_rows(tree), kind=kind), tree.ntasks, tree.sample)
 
     def _set_lazy(self, kind: str, point: dict, attrs: dict) -> None:
         self.views.lazy[kind].append(point)

@@ -14,6 +14,7 @@ from typing import Any
 
 from slimgraph.instrument.memory import fmt_bytes  # noqa: F401  (the package's one formatter)
 from slimgraph.instrument.records import PHASES
+from slimgraph.views.palette import engine_tint
 
 #: What a timing bar stacks: the phases, then "other" (the rest of total_s
 #: that the stock recorder attributes to no phase).
@@ -68,10 +69,9 @@ def tree_rows(tree) -> list[dict]:
     return rows
 
 
-_TREE_COLORS = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-)  # fmt: skip
+
+#: The icicle's root (the whole state), neutral.
+ROOT_COLOR = "#D9D9D9"
 
 TREE_COLUMNS = (
     "x0", "x1", "y0", "y1", "name", "path", "bytes", "count",
@@ -79,13 +79,15 @@ TREE_COLUMNS = (
 )  # fmt: skip
 
 
-def icicle(rows: list[dict], max_depth: int = 6, min_fraction: float = 0.002) -> dict:
+def icicle(rows: list[dict], max_depth: int = 6, min_fraction: float = 0.002,
+           kind: str = "") -> dict:
     """Lay a memory tree out as an icicle: x is the share of bytes, y the depth.
 
     ``rows`` are :func:`tree_rows`. Children are placed left to right inside
     their parent's span, each as wide as its share of the parent's bytes;
     nodes narrower than ``min_fraction`` of the total, or deeper than
-    ``max_depth``, are not drawn.
+    ``max_depth``, are not drawn. Branches are tints of ``kind``'s engine
+    colour (:func:`slimgraph.views.palette.engine_tint`).
     """
     out: dict[str, list] = {c: [] for c in TREE_COLUMNS}
     if not rows:
@@ -133,17 +135,17 @@ def icicle(rows: list[dict], max_depth: int = 6, min_fraction: float = 0.002) ->
         # One root ("state"): draw it grey and colour its branches instead.
         root = ranked[0]
         b = float(root["bytes"])
-        place(root, 0.0, 1.0, 0, "#bdbdbd", recurse=False)
+        place(root, 0.0, 1.0, 0, ROOT_COLOR, recurse=False)
         kids = sorted(children.get(str(root["path"]), []), key=lambda r: -float(r["bytes"]))
         for i, kid in enumerate(kids):
             w = max(float(kid["bytes"]), 0.0) / (b or 1.0)
             w = min(w, 1.0 - x)
-            place(kid, x, x + w, 1, _TREE_COLORS[i % len(_TREE_COLORS)])
+            place(kid, x, x + w, 1, engine_tint(kind, i))
             x += w
         return out
     for i, r in enumerate(ranked):
         w = max(float(r["bytes"]), 0.0) / total
-        place(r, x, x + w, 0, _TREE_COLORS[i % len(_TREE_COLORS)])
+        place(r, x, x + w, 0, engine_tint(kind, i))
         x += w
     return out
 

@@ -1,0 +1,124 @@
+"""The views' palette, sizing and readability, on real Bokeh models.
+
+Figures are built as the app, the scheduler tab and its individual pages
+build them; what a user would see (colours, ranges, axis formatters, the
+sizing of a page) is read from the Bokeh models themselves. Pages opened on
+real schedulers are in ``test_dashboard.py`` and ``test_dashboard_browser.py``.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from slimgraph.instrument.records import PHASES
+from slimgraph.views import palette, transforms
+from slimgraph.views.figures import Views
+
+
+def _renderers(fig):
+    """A figure's glyph renderers, in drawing order."""
+    from bokeh.models import GlyphRenderer
+
+    return [r for r in fig.renderers if isinstance(r, GlyphRenderer)]
+
+
+def _colors(glyph) -> set[str]:
+    out = set()
+    for attr in ("fill_color", "line_color"):
+        v = getattr(glyph, attr, None)
+        if isinstance(v, str):
+            out.add(v.upper())
+    return out
+
+
+# -- the palette ---------------------------------------------------------------------
+def test_every_phase_has_one_colour_and_a_hatch():
+    assert tuple(palette.PHASE_COLORS) == transforms.STACK == (*PHASES, "other")
+    colours = list(palette.PHASE_COLORS.values())
+    assert len(set(colours)) == len(colours)
+    assert set(palette.PHASE_HATCHES) == set(palette.PHASE_COLORS)
+
+
+def test_engine_colours_are_no_phase_colour_and_far_from_every_phase():
+    engines = palette.ENGINE_COLORS
+    assert set(engines) == {"stock", "slim"}
+    assert not set(engines.values()) & set(palette.PHASE_COLORS.values())
+    for phase, c in palette.PHASE_COLORS.items():
+        for kind, e in engines.items():
+            assert palette.worst_distance(c, e) >= 13, (phase, kind)
+    assert palette.worst_distance(engines["stock"], engines["slim"]) > 40
+
+
+def test_close_phase_colours_differ_in_hatch():
+    """Under any simulated colour-vision deficiency, two phases whose colours
+    come closer than 15 ΔE are told apart by their hatch patterns."""
+    close = []
+    for a, b in itertools.combinations(palette.PHASE_COLORS, 2):
+        d = palette.worst_distance(palette.PHASE_COLORS[a], palette.PHASE_COLORS[b])
+        assert d > 10, (a, b, d)
+        if d < 15:
+            close.append((a, b))
+            assert palette.PHASE_HATCHES[a] != palette.PHASE_HATCHES[b], (a, b, d)
+    assert close, "no close pair: the hatch rule is not exercised"
+
+
+def test_colour_vision_simulation():
+    """The checker itself: red and green, far apart for normal vision, come
+    close for a deuteranope; black and white stay ~100 ΔE apart for everyone."""
+    red, green = "#FF0000", "#00AA00"
+    assert palette.distance(red, red) == 0
+    assert palette.distance(red, green) > 80
+    assert palette.distance(red, green, "deuteranopia") < palette.distance(red, green) / 2
+    for vision in palette.VISIONS:
+        assert palette.distance("#000000", "#FFFFFF", vision) == pytest.approx(100, abs=1)
+
+
+def test_engine_tints_are_light_and_keep_the_engines_apart():
+    for kind in palette.ENGINE_COLORS:
+        for i in range(8):
+            t = palette.engine_tint(kind, i)
+            assert palette.distance(t, "#000000") > 50, (kind, i, t)  # dark labels read on it
+    for i, j in itertools.product(range(8), repeat=2):
+        assert palette.engine_tint("stock", i) != palette.engine_tint("slim", j)
+
+
+def test_figures_use_the_palette():
+    """Every phase bar in its phase's colour and hatch, in every engine's
+    chart; the RSS lines and per-engine charts in engine colours; no other
+    glyph takes a phase's colour."""
+    views = Views(kinds=("stock", "slim"))
+    phase_colours = {c.upper() for c in palette.PHASE_COLORS.values()}
+    seen_phases = {k: [] for k in views.kinds}
+    for kind in views.kinds:
+        for r in _renderers(views.timing[kind].figure):
+            name = r.name or ""
+            assert name.startswith("sg-phase-"), name
+            phase = name[len("sg-phase-"): -len(kind) - 1]
+            assert r.glyph.fill_color.upper() == palette.PHASE_COLORS[phase].upper()
+            assert r.glyph.hatch_pattern == palette.PHASE_HATCHES[phase]
+            seen_phases[kind].append(phase)
+    assert seen_phases == {k: list(transforms.STACK) for k in views.kinds}
+    rss = {r.glyph.line_color.upper() for r in _renderers(views.rss.figure)}
+    assert rss == {c.upper() for c in palette.ENGINE_COLORS.values()}
+    others = [views.rss.figure, *(f.figure for f in views.lazy.values()),
+              *(f.figure for f in views.lazy_attrs.values()),
+              *(f.figure for f in views.memory.values())]  # fmt: skip
+    for fig in others:
+        for r in _renderers(fig):
+            assert not _colors(r.glyph) & phase_colours, (fig.title.text, _colors(r.glyph))
+    for kind in views.kinds:
+        held = [r for r in _renderers(views.lazy[kind].figure) if r.glyph.__class__.__name__ == "Line"]
+        assert palette.engine_color(kind).upper() in {r.glyph.line_color.upper() for r in held}
+
+
+def test_icicle_branches_are_tints_of_the_engine():
+    rows = [
+        {"path": "state", "parent": None, "name": "state", "bytes": 100, "count": 1, "bytes_per_task": 1},
+        {"path": "state/a", "parent": "state", "name": "a", "bytes": 60, "count": 1, "bytes_per_task": 1},
+        {"path": "state/b", "parent": "state", "name": "b", "bytes": 40, "count": 1, "bytes_per_task": 1},
+    ]
+    for kind in ("stock", "slim"):
+        out = transforms.icicle(rows, kind=kind)
+        assert out["color"][0] == transforms.ROOT_COLOR
+        assert out["color"][1:] == [palette.engine_tint(kind, 0), palette.engine_tint(kind, 1)]
