@@ -401,6 +401,9 @@ def test_tab_by_the_slim_preload_in_process():
             async with Scheduler(dashboard_address="127.0.0.1:0", host="127.0.0.1",
                                  preload=["slimgraph.distributed"]) as s:
                 out["class"] = type(s).__qualname__
+                # the handlers distributed bound in __init__ run the slim methods
+                out["slim_handler"] = (s.stream_handlers["update-graph"].__func__
+                                       is type(s).update_graph)
                 port = s.http_server.port
                 http = AsyncHTTPClient()
                 r = await http.fetch(f"http://127.0.0.1:{port}/slimgraph", raise_error=False)
@@ -419,7 +422,7 @@ def test_tab_by_the_slim_preload_in_process():
 
         asyncio.run(main())
     """)
-    assert out == {"class": "SlimScheduler", "code": 200, "slim_source": True,
+    assert out == {"class": "SlimScheduler", "slim_handler": True, "code": 200, "slim_source": True,
                    "workers_code": 200, "navbar": True, "listed": sorted(OUR_PAGES)}
 
 
