@@ -140,10 +140,10 @@ def test_icicle_children_nest_inside_parents():
     by = {p: i for i, p in enumerate(out["path"])}
     assert "state/tiny" not in by  # narrower than min_fraction
     span = lambda p: (out["x0"][by[p]], out["x1"][by[p]])  # noqa: E731
-    assert span("state") == (0.0, 1.0)
-    assert span("state/a") == pytest.approx((0.0, 0.6))
-    assert span("state/b") == pytest.approx((0.6, 0.9))
-    assert span("state/a/x") == pytest.approx((0.0, 0.3))
+    assert span("state") == (0.0, 1000.0)  # x is bytes
+    assert span("state/a") == pytest.approx((0.0, 600))
+    assert span("state/b") == pytest.approx((600, 900))
+    assert span("state/a/x") == pytest.approx((0.0, 300))
     assert out["y1"][by["state/a/x"]] == out["y0"][by["state/a"]]
     assert out["bytes_h"][by["state"]] == "1000 B"
 

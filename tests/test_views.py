@@ -99,7 +99,8 @@ def test_figures_use_the_palette():
             assert r.glyph.hatch_pattern == palette.PHASE_HATCHES[phase]
             seen_phases[kind].append(phase)
     assert seen_phases == {k: list(transforms.STACK) for k in views.kinds}
-    rss = {r.glyph.line_color.upper() for r in _renderers(views.rss.figure)}
+    rss = {r.glyph.line_color.upper() for r in _renderers(views.rss.figure)
+           if type(r.glyph).__name__ == "Line"}  # fmt: skip
     assert rss == {c.upper() for c in palette.ENGINE_COLORS.values()}
     others = [views.rss.figure, *(f.figure for f in views.lazy.values()),
               *(f.figure for f in views.lazy_attrs.values()),
@@ -122,3 +123,97 @@ def test_icicle_branches_are_tints_of_the_engine():
         out = transforms.icicle(rows, kind=kind)
         assert out["color"][0] == transforms.ROOT_COLOR
         assert out["color"][1:] == [palette.engine_tint(kind, 0), palette.engine_tint(kind, 1)]
+
+
+# -- pages of a real scheduler's dashboard, opened late ----------------------------------
+async def _open_page(scheduler, path: str):
+    """A real Bokeh server session of ``path`` on ``scheduler``'s dashboard
+    (what a browser's request makes), on the scheduler's loop; its document."""
+    from bokeh.server.tornado import BokehTornado
+    from bokeh.util.token import generate_session_id
+
+    app = next(a for a in scheduler.http_application.applications if isinstance(a, BokehTornado))
+    session = await app.applications[path].create_session_if_needed(generate_session_id())
+    return session.document
+
+
+def _data(doc, name: str) -> dict:
+    src = doc.get_model_by_name(name)
+    assert src is not None, name
+    return src.data
+
+
+async def _until(cond, timeout: float = 30.0) -> None:
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("preload", ["slimgraph.views.tab", "slimgraph.distributed"])
+def test_pages_opened_late_show_history_and_fill_their_pane(preload):
+    """A LocalCluster (worker processes) whose scheduler has the tab; graphs
+    run first, then the pages are opened: the timing page holds every
+    record the scheduler has, the RSS chart their before/after marks, and a
+    page opened after another one starts with the series that one measured.
+    Individual pages stretch both ways with no fixed height."""
+    import asyncio
+
+    import dask.array as da
+    from bokeh.models import LayoutDOM, Plot
+    from distributed import Client, LocalCluster
+
+    from slimgraph.instrument.recorder import get_history
+
+    async def main():
+        async with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                asynchronous=True, dashboard_address="127.0.0.1:0",
+                                scheduler_kwargs={"preload": [preload]}) as lc:  # fmt: skip
+            s = lc.scheduler
+            kind = "slim" if preload == "slimgraph.distributed" else "stock"
+            async with Client(lc, asynchronous=True) as c:
+                for n in (100, 200):
+                    x = (da.ones((n, n), chunks=10) + 1).sum()
+                    assert await c.compute(x) == 2 * n * n
+            held = [r for r in get_history(s) if r.status != "running"]
+            assert len(held) >= 2 and all(r.scheduler == kind for r in held)
+
+            timing = await _open_page(s, "/individual-slimgraph-timing")
+            await _until(lambda: len(_data(timing, f"sg-timing-{kind}")["submission_id"]) >= len(held))
+            rows = _data(timing, f"sg-timing-{kind}")
+            assert list(rows["submission_id"]) == [r.submission_id for r in held]
+            assert list(rows["tasks"]) == [r.tasks for r in held]
+
+            memory = await _open_page(s, "/individual-slimgraph-memory")
+            await _until(lambda: len(_data(memory, "sg-rss-marks")["time"]) == 2 * len(held)
+                         and len(_data(memory, "sg-rss")["time"]) >= 2
+                         and len(_data(memory, f"sg-memory-{kind}")["path"]) > 1)
+            marks = _data(memory, "sg-rss-marks")
+            assert sorted(marks["mb"]) == pytest.approx(
+                sorted(v / 2**20 for r in held for v in (r.rss_before, r.rss_after)))
+            await _until(lambda: len(_data(memory, f"sg-memory-{kind}")["path"]) > 1)
+
+            # opened later: starts with what the first page measured (before any tick of its own)
+            lazy = await _open_page(s, "/individual-slimgraph-lazy-sets")
+            await _until(lambda: len(_data(memory, "sg-rss")["time"]) >= 3)
+            late = await _open_page(s, "/individual-slimgraph-memory")
+            n_rss = len(_data(late, "sg-rss")["time"])
+            assert n_rss >= 3
+            assert list(_data(late, "sg-rss")["time"])[:3] == list(_data(memory, "sg-rss")["time"])[:3]
+            assert len(_data(late, f"sg-memory-{kind}")["path"]) > 1  # the last walk, at once
+            await _until(lambda: len(_data(lazy, f"sg-lazy-{kind}")["time"]) >= 1)
+
+            for doc in (timing, memory, lazy):
+                (root,) = doc.roots
+                assert root.sizing_mode == "stretch_both"
+                for m in doc.models:
+                    if isinstance(m, Plot):
+                        assert m.sizing_mode == "stretch_both", m
+                    elif isinstance(m, LayoutDOM):
+                        assert m.sizing_mode in ("stretch_both", "stretch_width"), m
+
+    asyncio.run(main())

@@ -25,15 +25,18 @@ from typing import Any
 
 from slimgraph.views.palette import (
     EAGER_COLOR,
+    MUTED,
     PHASE_COLORS,
     PHASE_HATCHES,
     engine_color,
     engine_tint,
 )
 from slimgraph.views.transforms import (
+    fmt_bytes,
     LAZY_ATTR_COLUMNS,
     LAZY_SERIES_COLUMNS,
     OTHER,
+    RSS_MARK_COLUMNS,
     STACK,
     TREE_COLUMNS,
     empty_timing,
@@ -45,12 +48,21 @@ KINDS = ("stock", "slim")
 
 
 def _figure(sizing_mode: str | None, width: int, **kw: Any):
+    """A figure ``width`` wide (or following ``sizing_mode``); with
+    ``stretch_both`` it fills its container both ways, as dask's own
+    individual pages do (no fixed height: only a minimum)."""
     from bokeh.plotting import figure
 
-    kw.setdefault("height", 300)
-    if sizing_mode:
+    height = kw.pop("height", 300)
+    if sizing_mode == "stretch_both":
         kw["sizing_mode"] = sizing_mode
+        kw.setdefault("min_height", min(height, 200))
+        kw.setdefault("min_width", 240)
+    elif sizing_mode:
+        kw["sizing_mode"] = sizing_mode
+        kw["height"] = height
     else:
+        kw["height"] = height
         kw.setdefault("width", width)
     kw.setdefault("toolbar_location", "above")
     kw.setdefault("tools", "pan,wheel_zoom,box_zoom,reset,save")
@@ -60,10 +72,61 @@ def _figure(sizing_mode: str | None, width: int, **kw: Any):
 def _time_formatter():
     from bokeh.models import DatetimeTickFormatter
 
+    # one short label per tick (no milliseconds: ticks are seconds apart)
     return DatetimeTickFormatter(
-        milliseconds="%H:%M:%S.%3N", seconds="%H:%M:%S", minsec="%H:%M:%S",
-        minutes="%H:%M", hourmin="%H:%M", hours="%H:%M",
+        milliseconds="%H:%M:%S", seconds="%H:%M:%S", minsec="%H:%M:%S",
+        minutes="%H:%M", hourmin="%H:%M", hours="%H:%M", days="%b %d",
     )  # fmt: skip
+
+
+def _time_axis(fig) -> None:
+    """Readable time ticks: a few short labels, never run together."""
+    fig.xaxis.formatter = _time_formatter()
+    fig.xaxis.ticker.desired_num_ticks = 4
+    fig.xaxis.major_label_orientation = 0
+
+
+def _empty_ranges(time_x: bool = False, x_start: float | None = None,
+                  y_span: float = 1.0) -> dict:
+    """Explicit ranges that are finite before any data (no "could not set
+    initial ranges", no -1..1 axes): y from 0; a time x axis spans the last
+    minute until data arrives (:func:`_follow_time`)."""
+    import time
+
+    from bokeh.models import DataRange1d, Range1d
+
+    out = {"y_range": DataRange1d(start=0, default_span=y_span, range_padding=0.08)}
+    if time_x:
+        now = time.time() * 1000
+        out["x_range"] = Range1d(now - 60_000, now)
+    else:
+        start = {} if x_start is None else {"start": x_start}
+        out["x_range"] = DataRange1d(default_span=4, range_padding=0.05, **start)
+    return out
+
+
+def _follow_time(fig, *sources) -> None:
+    """A time chart's x range spans its data (at least a minute). Set by
+    hand: a range that starts explicit cannot be turned automatic without
+    replacing it, which costs the document ~50 ms."""
+    times = [t for src in sources for t in (src.data["time"][:1] + src.data["time"][-1:])]
+    if not times:
+        return
+    t0, t1 = min(times), max(times)
+    span = max(t1 - t0, 60_000)
+    start, end = t1 - span - span * 0.02, t1 + span * 0.02
+    if (fig.x_range.start, fig.x_range.end) != (start, end):
+        fig.x_range.start, fig.x_range.end = start, end
+
+
+def _waiting_label(fig, text: str):
+    """A note in the middle of an empty chart (hidden once data arrives)."""
+    from bokeh.models import Label
+
+    label = Label(x=60, y=40, x_units="screen", y_units="screen", text=text,
+                  text_color=MUTED, text_font_size="11pt")  # fmt: skip
+    fig.add_layout(label)
+    return label
 
 
 class TimingFigure:
@@ -75,9 +138,12 @@ class TimingFigure:
 
         self.kind = kind
         self.source = ColumnDataSource(empty_timing(), name=f"sg-timing-{kind}")
-        kw = {"y_range": y_range} if y_range is not None else {}
+        ranges = _empty_ranges(x_start=0.5, y_span=0.1)
+        if y_range is not None:
+            ranges["y_range"] = y_range
         fig = _figure(sizing_mode, width, title=f"update_graph phases: {kind}",
-                      x_axis_label="submission", y_axis_label="seconds", **kw)  # fmt: skip
+                      x_axis_label="update_graph (bar per submission, oldest left)",
+                      y_axis_label="seconds", **ranges)  # fmt: skip
         renderers = fig.vbar_stack(
             list(STACK),
             x="x",
@@ -114,34 +180,47 @@ class TimingFigure:
         fig.add_layout(legend, "right")
         fig.xaxis.minor_tick_line_color = None
         fig.xaxis[0].ticker.min_interval = 1
-        fig.y_range.start = 0
+        fig.xgrid.grid_line_color = None
+        self.empty = _waiting_label(fig, "no update_graph recorded yet")
         self.figure = fig
 
     def append(self, rows: list[dict], rollover: int) -> None:
         """Stream :func:`~.transforms.timing_row` rows (a document callback)."""
         if rows:
             self.source.stream({c: [r[c] for r in rows] for c in rows[0]}, rollover)
+            self.figure.x_range.start = self.source.data["x"][0] - 0.5
+            self.empty.visible = False
 
 
 class MemoryIcicle:
-    """The scheduler's memory tree as an icicle (hover: bytes, count, B/task)."""
+    """The scheduler's memory tree as an icicle (hover: bytes, count, B/task).
 
-    def __init__(self, kind: str, sizing_mode: str | None = None, width: int = 560):
-        from bokeh.models import ColumnDataSource, HoverTool, Range1d
+    x is bytes: the icicles of all kinds share one x range (:class:`Views`),
+    so stock's and slim's trees are drawn to the same absolute byte scale."""
+
+    def __init__(self, kind: str, sizing_mode: str | None = None, width: int = 560,
+                 x_range: Any = None, peers: list | None = None):  # fmt: skip
+        from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter, Range1d
 
         self.kind = kind
+        self.total = 0.0
+        #: the icicles sharing ``x_range`` (their largest total sets its end)
+        self.peers = peers if peers is not None else [self]
         self.source = ColumnDataSource({c: [] for c in TREE_COLUMNS}, name=f"sg-memory-{kind}")
         fig = _figure(sizing_mode, width, title=f"scheduler memory by object: {kind}",
-                      x_range=Range1d(0, 1), tools="xwheel_zoom,xpan,reset,save",
+                      x_range=x_range if x_range is not None else Range1d(0, 2**20),
+                      y_range=Range1d(-7, 0), tools="xwheel_zoom,xpan,reset,save",
+                      x_axis_label="bytes (same scale for every scheduler)",
                       height=260)  # fmt: skip
         q = fig.quad(
             left="x0", right="x1", bottom="y0", top="y1",
             source=self.source, fill_color="color",
-            line_color="white", fill_alpha=0.8,
+            line_color="white", fill_alpha=0.9,
         )  # fmt: skip
         fig.text(
             x="x0", y="y0", text="label", source=self.source,
-            x_offset=3, y_offset=-3, text_font_size="8pt", text_baseline="bottom",
+            x_offset=3, y_offset=-4, text_font_size="8pt", text_baseline="bottom",
+            text_color="#222222",
         )  # fmt: skip
         fig.add_tools(
             HoverTool(
@@ -154,17 +233,29 @@ class MemoryIcicle:
                 ],
             )
         )
-        fig.axis.visible = False
+        fig.yaxis.visible = False
+        fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
+        fig.xaxis.ticker.desired_num_ticks = 5
         fig.grid.visible = False
+        self.empty = _waiting_label(fig, "walking the scheduler's memory...")
         self.figure = fig
 
     def show(self, data: dict, ntasks: int | None = None, sample: int | None = None) -> None:
         """Draw :func:`~.transforms.icicle` columns; the title says how many
         tasks were walked (a document callback)."""
         self.source.data = data
+        self.total = max(data["x1"], default=0.0)
+        end = max(p.total for p in self.peers) or 2**20
+        if self.figure.x_range.end != end:
+            self.figure.x_range.start, self.figure.x_range.end = 0, end
+        depth = max(data["depth"], default=0)
+        if self.figure.y_range.start != -depth - 1:
+            self.figure.y_range.start = -depth - 1
+        self.empty.visible = False
         if ntasks is not None:
             how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"
-            title = f"scheduler memory by object: {self.kind} ({how})"
+            total = fmt_bytes(self.total)
+            title = f"scheduler memory by object: {self.kind}, {total} ({how})"
             if self.figure.title.text != title:
                 self.figure.title.text = title
 
@@ -177,8 +268,9 @@ class LazySeriesFigure:
 
         self.kind = kind
         self.source = ColumnDataSource({c: [] for c in LAZY_SERIES_COLUMNS}, name=f"sg-lazy-{kind}")
-        fig = _figure(sizing_mode, width, title=f"lazy containers over time: {kind}",
-                      x_axis_type="datetime", y_axis_label="MiB", height=260)  # fmt: skip
+        fig = _figure(sizing_mode, width, title=f"task containers' bytes over time: {kind}",
+                      x_axis_type="datetime", y_axis_label="MiB", x_axis_label="time",
+                      height=260, **_empty_ranges(time_x=True))  # fmt: skip
         src = self.source
         # the saving is the band between what is held and what eager sets would hold
         r1 = fig.varea("time", y1="held_mb", y2="eager_mb", source=src,
@@ -189,13 +281,14 @@ class LazySeriesFigure:
         fig.add_layout(
             Legend(
                 items=[
-                    LegendItem(label="saved vs eager", renderers=[r1]),
                     LegendItem(label="held", renderers=[r2]),
-                    LegendItem(label="eager would hold", renderers=[r3]),
+                    LegendItem(label="eager sets would hold", renderers=[r3]),
+                    LegendItem(label="saved", renderers=[r1]),
                 ],
                 label_text_font_size="8pt",
+                location="top_left",
+                background_fill_alpha=0.7,
             ),
-            "right",
         )
         fig.add_tools(
             HoverTool(
@@ -204,74 +297,104 @@ class LazySeriesFigure:
                 tooltips=[
                     ("saved", "@saved_mb{0.00} MiB"),
                     ("held", "@held_mb{0.00} MiB"),
+                    ("eager", "@eager_mb{0.00} MiB"),
                     ("allocated", "@allocated{0,0}"),
                     ("not allocated", "@not_allocated{0,0}"),
-                    ("empty but allocated", "@empty_allocated{0,0}"),
                     ("shared", "@shared{0,0}"),
                 ],
             )
         )
-        fig.xaxis.formatter = _time_formatter()
+        _time_axis(fig)
+        self.empty = _waiting_label(fig, "no census yet")
         self.figure = fig
 
     def append(self, point: dict, rollover: int = 2000) -> None:
-        self.source.stream({k: [v] for k, v in point.items()}, rollover)
+        self.extend([point], rollover)
+
+    def extend(self, points: list[dict], rollover: int = 2000) -> None:
+        """Stream census points (a document callback)."""
+        if points:
+            self.source.stream({c: [p[c] for p in points] for c in LAZY_SERIES_COLUMNS}, rollover)
+            _follow_time(self.figure, self.source)
+            self.empty.visible = False
 
 
 class LazyAttrsFigure:
-    """Per container attribute: tasks with a container of their own, and without."""
+    """Per container attribute, now: the bytes its containers hold, and
+    what they save against stock's eager sets (together: what eager sets
+    would hold)."""
 
     def __init__(self, kind: str, sizing_mode: str | None = None, width: int = 560):
-        from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, NumeralTickFormatter
+        from bokeh.models import (
+            ColumnDataSource,
+            DataRange1d,
+            FactorRange,
+            HoverTool,
+            Legend,
+            LegendItem,
+            NumeralTickFormatter,
+        )
+
+        from slimgraph.instrument.lazysets import ATTRS
 
         self.kind = kind
         _, attrs = lazy_summary(None)
         assert tuple(attrs) == LAZY_ATTR_COLUMNS
         self.source = ColumnDataSource(attrs, name=f"sg-lazyattrs-{kind}")
-        fig = _figure(sizing_mode, width, title=f"containers per attribute (now): {kind}",
-                      y_range=[], x_axis_label="containers", height=260)  # fmt: skip
+        fig = _figure(sizing_mode, width, title=f"task containers' bytes per attribute (now): {kind}",
+                      y_range=FactorRange(*ATTRS),
+                      x_range=DataRange1d(start=0, default_span=2**20, range_padding=0.05),
+                      x_axis_label="bytes", height=260)  # fmt: skip
         rs = fig.hbar_stack(
-            ["allocated", "not_allocated"],
+            ["held_bytes", "saved_drawn"],
             y="attribute",
             height=0.7,
             source=self.source,
-            color=[engine_color(kind), engine_tint(kind, 3)],
+            color=[engine_color(kind), engine_tint(kind, 1)],
         )
         fig.add_layout(
             Legend(
                 items=[
-                    LegendItem(label="allocated", renderers=[rs[0]]),
-                    LegendItem(label="not allocated", renderers=[rs[1]]),
+                    LegendItem(label="held", renderers=[rs[0]]),
+                    LegendItem(label="saved vs eager sets", renderers=[rs[1]]),
                 ],
                 label_text_font_size="8pt",
+                location="bottom_right",
+                background_fill_alpha=0.7,
             ),
-            "right",
         )
         fig.add_tools(
             HoverTool(
                 renderers=list(rs),
                 tooltips=[
                     ("attribute", "@attribute"),
+                    ("bytes held", "@held_h"),
+                    ("saved vs eager", "@saved_h"),
                     ("allocated", "@allocated{0,0}"),
                     ("not allocated", "@not_allocated{0,0}"),
                     ("empty but allocated", "@empty_allocated{0,0}"),
                     ("shared", "@shared{0,0}"),
-                    ("bytes held", "@held_h"),
-                    ("saved vs eager", "@saved_h"),
                 ],
             )
         )
-        fig.xaxis.formatter = NumeralTickFormatter(format="0a")
+        fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
+        fig.xaxis.ticker.desired_num_ticks = 5
+        fig.ygrid.grid_line_color = None
+        self.empty = _waiting_label(fig, "no census yet")
         self.figure = fig
 
     def show(self, attrs: dict) -> None:
-        if list(self.figure.y_range.factors) != list(attrs["attribute"]):
-            self.figure.y_range.factors = list(attrs["attribute"])
+        factors = list(attrs["attribute"])
+        if factors and list(self.figure.y_range.factors) != factors:
+            self.figure.y_range.factors = factors
         self.source.data = attrs
+        self.empty.visible = not factors
 
 
 class RssFigure:
-    """Resident set size of each scheduler's process, one line per kind."""
+    """Resident set size of each scheduler's process, one line per kind,
+    sampled while a view is open; marks at each update_graph's start and
+    end (RSS before and after it, from the records: the history)."""
 
     def __init__(self, kinds: tuple[str, ...], sizing_mode: str | None = None, width: int = 560):
         from bokeh.models import ColumnDataSource, HoverTool
@@ -279,20 +402,44 @@ class RssFigure:
         self.kinds = tuple(kinds)
         self.source = ColumnDataSource({"time": [], **{f"{k}_mb": [] for k in self.kinds}},
                                        name="sg-rss")  # fmt: skip
+        self.marks = ColumnDataSource({c: [] for c in RSS_MARK_COLUMNS}, name="sg-rss-marks")
         fig = _figure(sizing_mode, width, title="scheduler process RSS", x_axis_type="datetime",
-                      y_axis_label="MiB", height=220)  # fmt: skip
+                      y_axis_label="RSS (MiB)", x_axis_label="time", height=220,
+                      **_empty_ranges(time_x=True))  # fmt: skip
+        lines = []
         for kind in self.kinds:
-            fig.line(
+            lines.append(fig.line(
                 "time", f"{kind}_mb", source=self.source, color=engine_color(kind),
                 line_width=2, legend_label=kind,
-            )  # fmt: skip
-        fig.legend.location = "top_left"
-        fig.xaxis.formatter = _time_formatter()
-        fig.add_tools(HoverTool(tooltips=[(k, f"@{k}_mb{{0.0}} MiB") for k in self.kinds]))
+            ))  # fmt: skip
+        dots = fig.scatter("time", "mb", source=self.marks, color="color", size=7,
+                           marker="diamond", legend_label="update_graph start/end")  # fmt: skip
+        fig.legend.location = "bottom_left"
+        fig.legend.label_text_font_size = "8pt"
+        fig.legend.background_fill_alpha = 0.7
+        _time_axis(fig)
+        fig.add_tools(HoverTool(renderers=lines, mode="vline",
+                                tooltips=[(k, f"@{k}_mb{{0.0}} MiB") for k in self.kinds]))  # fmt: skip
+        fig.add_tools(HoverTool(renderers=[dots], tooltips=[("", "@what"), ("RSS", "@mb{0.0} MiB")]))
         self.figure = fig
 
+    def mark(self, rows: list[dict], rollover: int = 1000) -> None:
+        """Stream :func:`~.transforms.rss_marks` rows (a document callback)."""
+        if rows:
+            self.marks.stream({c: [r[c] for r in rows] for c in RSS_MARK_COLUMNS}, rollover)
+            _follow_time(self.figure, self.source, self.marks)
+
     def append(self, point: dict, rollover: int = 2000) -> None:
-        self.source.stream({k: [v] for k, v in point.items()}, rollover)
+        self.extend([point], rollover)
+
+    def extend(self, points: list[dict], rollover: int = 2000) -> None:
+        """Stream points ``{"time", "<kind>_mb"...}`` (a kind a point lacks
+        is NaN: a gap in its line)."""
+        if points:
+            cols = ["time", *(f"{k}_mb" for k in self.kinds)]
+            self.source.stream({c: [p.get(c, float("nan")) for p in points] for c in cols},
+                               rollover)  # fmt: skip
+            _follow_time(self.figure, self.source, self.marks)
 
 
 class Views:
@@ -314,12 +461,19 @@ class Views:
         for kind in self.kinds:
             self.timing[kind] = TimingFigure(kind, y_range=shared_y, **fig)
             shared_y = self.timing[kind].figure.y_range
-        self.memory = {k: MemoryIcicle(k, **fig) for k in self.kinds}
+        from bokeh.models import Range1d
+
+        icicle_x = Range1d(0, 2**20)  # one byte scale for every kind's tree
+        peers: list[MemoryIcicle] = []
+        self.memory = {k: MemoryIcicle(k, x_range=icicle_x, peers=peers, **fig)
+                       for k in self.kinds}  # fmt: skip
+        peers.extend(self.memory.values())
         self.lazy = {k: LazySeriesFigure(k, **fig) for k in self.kinds}
         self.lazy_attrs = {k: LazyAttrsFigure(k, **fig) for k in self.kinds}
         self.rss = RssFigure(self.kinds, **fig)
         #: Per kind: what could not be measured (a refresher writes it).
-        self.notes = {k: Div(text="", name=f"sg-note-{k}", styles={"color": "#666"})
+        div = {"sizing_mode": "stretch_width"} if sizing_mode else {}
+        self.notes = {k: Div(text="", name=f"sg-note-{k}", styles={"color": MUTED}, **div)
                       for k in self.kinds}  # fmt: skip
         self.status = Div(text="", name="sg-status")
 
@@ -375,7 +529,8 @@ class Views:
         from bokeh.layouts import column, row
 
         return row(
-            *[column(self.lazy[k].figure, self.lazy_attrs[k].figure, self.notes[k])
+            *[column(self.lazy[k].figure, self.lazy_attrs[k].figure, self.notes[k],
+                     sizing_mode=self.sizing_mode)
               for k in self.kinds],
             sizing_mode=self.sizing_mode,
         )  # fmt: skip

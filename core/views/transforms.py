@@ -50,6 +50,26 @@ def empty_timing() -> dict[str, list]:
     return {c: [] for c in cols}
 
 
+#: Columns of the RSS marks: each update_graph's RSS before and after it.
+RSS_MARK_COLUMNS = ("time", "mb", "kind", "what", "color")
+
+
+def rss_marks(rec) -> list[dict]:
+    """The RSS ``rec`` measured before and after its update_graph, as marks
+    on the RSS chart (the history a page shows when opened late)."""
+    from slimgraph.views.palette import engine_color
+
+    out = []
+    start_ms = float(rec.start) * 1000
+    for when, value, what in ((start_ms, rec.rss_before, "before"),
+                              (start_ms + float(rec.total_s) * 1000, rec.rss_after, "after")):  # fmt: skip
+        if value:
+            out.append({"time": when, "mb": value / 2**20, "kind": str(rec.scheduler),
+                        "what": f"{what} update_graph #{rec.submission_id} ({rec.tasks:,} tasks)",
+                        "color": engine_color(str(rec.scheduler))})  # fmt: skip
+    return out
+
+
 # -- memory tree --------------------------------------------------------------
 def tree_rows(tree) -> list[dict]:
     """A :class:`MemoryTree` as rows (path, parent, name, bytes, count,
@@ -81,9 +101,10 @@ TREE_COLUMNS = (
 
 def icicle(rows: list[dict], max_depth: int = 6, min_fraction: float = 0.002,
            kind: str = "") -> dict:
-    """Lay a memory tree out as an icicle: x is the share of bytes, y the depth.
+    """Lay a memory tree out as an icicle: x is bytes, y the depth.
 
-    ``rows`` are :func:`tree_rows`. Children are placed left to right inside
+    ``rows`` are :func:`tree_rows`. The roots span 0 to their total bytes
+    (so two trees drawn on one x range compare by width). Children are placed left to right inside
     their parent's span, each as wide as its share of the parent's bytes;
     nodes narrower than ``min_fraction`` of the total, or deeper than
     ``max_depth``, are not drawn. Branches are tints of ``kind``'s engine
@@ -142,11 +163,17 @@ def icicle(rows: list[dict], max_depth: int = 6, min_fraction: float = 0.002,
             w = min(w, 1.0 - x)
             place(kid, x, x + w, 1, engine_tint(kind, i))
             x += w
-        return out
+        return _in_bytes(out, b)
     for i, r in enumerate(ranked):
         w = max(float(r["bytes"]), 0.0) / total
         place(r, x, x + w, 0, engine_tint(kind, i))
         x += w
+    return _in_bytes(out, total)
+
+
+def _in_bytes(out: dict, total: float) -> dict:
+    out["x0"] = [x * total for x in out["x0"]]
+    out["x1"] = [x * total for x in out["x1"]]
     return out
 
 
@@ -157,7 +184,7 @@ LAZY_SERIES_COLUMNS = ("time", "held_mb", "eager_mb", "saved_mb", "allocated",
 #: Columns of the per-attribute bars (one row per container attribute).
 LAZY_ATTR_COLUMNS = (
     "attribute", "allocated", "empty_allocated", "not_allocated",
-    "shared", "held_bytes", "eager_bytes", "saved_bytes", "held_h", "saved_h",
+    "shared", "held_bytes", "eager_bytes", "saved_bytes", "saved_drawn", "held_h", "saved_h",
 )  # fmt: skip
 
 
@@ -180,6 +207,7 @@ def lazy_summary(census) -> tuple[dict, dict]:
         attrs["held_bytes"].append(float(a.held_bytes))
         attrs["eager_bytes"].append(float(a.eager_bytes))
         attrs["saved_bytes"].append(float(a.saved_bytes))
+        attrs["saved_drawn"].append(max(float(a.saved_bytes), 0.0))  # a bar can't be negative
         attrs["held_h"].append(fmt_bytes(a.held_bytes))
         attrs["saved_h"].append(fmt_bytes(a.saved_bytes))
         tot["allocated"] += a.allocated
