@@ -217,3 +217,106 @@ def test_pages_opened_late_show_history_and_fill_their_pane(preload):
                         assert m.sizing_mode in ("stretch_both", "stretch_width"), m
 
     asyncio.run(main())
+
+
+# -- readability --------------------------------------------------------------------------
+def test_empty_charts_have_finite_ranges_from_zero():
+    """Before any data: every range is finite (BokehJS warns "could not set
+    initial ranges" and draws no axes otherwise), amounts start at 0, and
+    each chart says what it waits for."""
+    from bokeh.models import DataRange1d, FactorRange, Range1d
+
+    views = Views(kinds=("stock", "slim"))
+    figs = [views.rss.figure, *(f.figure for f in views.timing.values()),
+            *(f.figure for f in views.lazy.values()), *(f.figure for f in views.memory.values()),
+            *(f.figure for f in views.lazy_attrs.values())]  # fmt: skip
+    for fig in figs:
+        for r in (fig.x_range, fig.y_range):
+            if isinstance(r, Range1d):
+                assert r.start < r.end, fig.title.text
+            elif isinstance(r, FactorRange):
+                assert len(r.factors) > 0, fig.title.text
+            else:
+                assert isinstance(r, DataRange1d) and r.start == 0, fig.title.text
+    for fig in [views.rss.figure, *(f.figure for f in views.lazy.values())]:
+        assert fig.y_range.start == 0  # RSS/MiB axes never zoom to a tiny span
+    for f in [*views.timing.values(), *views.memory.values(), *views.lazy.values()]:
+        assert f.empty.visible and f.empty.text
+
+
+def test_time_axes_have_few_short_ticks():
+    views = Views(kinds=("stock",))
+    for fig in (views.rss.figure, views.lazy["stock"].figure):
+        (axis,) = fig.xaxis
+        assert axis.ticker.desired_num_ticks <= 5
+        fmt = axis.formatter
+        for unit in ("milliseconds", "seconds", "minsec", "minutes"):
+            label = getattr(fmt, unit)
+            assert "%3N" not in label and len(label) <= 8, (unit, label)
+        assert fig.xaxis.axis_label and fig.yaxis.axis_label
+
+
+def test_lazy_container_bars_are_bytes():
+    from slimgraph.instrument.lazysets import AttrCensus, Census
+
+    views = Views(kinds=("slim",))
+    fig = views.lazy_attrs["slim"]
+    fields = [r.glyph.right.expr.fields if hasattr(r.glyph.right, "expr") else r.glyph.right
+              for r in _renderers(fig.figure)]  # fmt: skip
+    assert "held_bytes" in str(fields) and "saved_drawn" in str(fields)
+    assert fig.figure.xaxis.axis_label == "bytes"
+    census = Census(time=0.0, ntasks=10, attrs={
+        "dependencies": AttrCensus("dependencies", tasks=10, none=4, singleton=1, allocated=5,
+                                   empty_allocated=1, shared=2, held_bytes=1080, eager_bytes=2160),
+        "waiters": AttrCensus("waiters", tasks=10, none=0, singleton=0, allocated=10,
+                              empty_allocated=0, shared=0, held_bytes=3000, eager_bytes=2160),
+    })  # fmt: skip
+    point, attrs = transforms.lazy_summary(census)
+    fig.show(attrs)
+    data = fig.source.data
+    assert data["held_bytes"] == [1080.0, 3000.0]
+    assert data["saved_drawn"] == [1080.0, 0.0]  # held more than eager: no negative bar
+    assert point["saved_top_mb"] == pytest.approx(4320 / 2**20)  # max(held 4080, eager 4320)
+    assert not fig.empty.visible
+
+
+def test_memory_trees_share_one_byte_scale():
+    def tree(total):
+        return [{"path": "state", "parent": None, "name": "state", "bytes": total, "count": 1,
+                 "bytes_per_task": 1},
+                {"path": "state/containers", "parent": "state", "name": "containers",
+                 "bytes": total / 2, "count": 1, "bytes_per_task": 1}]  # fmt: skip
+
+    views = Views(kinds=("stock", "slim"))
+    stock, slim = views.memory["stock"], views.memory["slim"]
+    assert stock.figure.x_range is slim.figure.x_range
+    slim.show(transforms.icicle(tree(271 * 2**20), kind="slim"), 1000, None)
+    stock.show(transforms.icicle(tree(488 * 2**20), kind="stock"), 1000, None)
+    assert stock.figure.x_range.end == 488 * 2**20
+    assert max(slim.source.data["x1"]) == 271 * 2**20  # narrower: the same bytes per pixel
+    assert "271.0 MiB" in slim.figure.title.text and "488.0 MiB" in stock.figure.title.text
+
+
+def test_labels_fit_their_boxes():
+    assert transforms.fit_label("containers", 0.5, chars=100) == "containers"
+    cut = transforms.fit_label("scheduler collections", 0.1, chars=100)
+    assert cut.endswith("\u2026") and len(cut) <= 9
+    assert transforms.fit_label("dependencies", 0.02, chars=100) == ""
+    assert [transforms.short_count(n) for n in (999, 1600, 1_234_567)] == ["999", "1.6k", "1.2M"]
+
+
+def test_timing_bars_are_labelled_and_scaled_together():
+    from slimgraph.instrument.records import PhaseRecord, SubmissionRecord
+
+    views = Views(kinds=("stock", "slim"))
+    recs = {"stock": (SubmissionRecord(scheduler="stock", submission_id=4, tasks=1600, total_s=2.0,
+                                       status="OK", phases=[PhaseRecord("order", wall_s=2.0)])),
+            "slim": (SubmissionRecord(scheduler="slim", submission_id=1, tasks=1600, total_s=0.5,
+                                      status="OK", phases=[PhaseRecord("order", wall_s=0.5)]))}  # fmt: skip
+    for kind, rec in recs.items():
+        views.timing[kind].append([transforms.timing_row(rec, 1)], 100)
+    stock, slim = views.timing["stock"].figure, views.timing["slim"].figure
+    assert stock.y_range is slim.y_range and stock.y_range.end == pytest.approx(2.0 * 1.08)
+    assert stock.xaxis.ticker.ticks == [1]
+    assert stock.xaxis.major_label_overrides[1] == "#4\n1.6k tasks"
+    assert not views.timing["stock"].empty.visible

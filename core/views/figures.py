@@ -32,7 +32,9 @@ from slimgraph.views.palette import (
     engine_tint,
 )
 from slimgraph.views.transforms import (
+    fit_label,
     fmt_bytes,
+    short_count,
     LAZY_ATTR_COLUMNS,
     LAZY_SERIES_COLUMNS,
     OTHER,
@@ -86,8 +88,7 @@ def _time_axis(fig) -> None:
     fig.xaxis.major_label_orientation = 0
 
 
-def _empty_ranges(time_x: bool = False, x_start: float | None = None,
-                  y_span: float = 1.0) -> dict:
+def _empty_ranges(time_x: bool = False, y_span: float = 1.0) -> dict:
     """Explicit ranges that are finite before any data (no "could not set
     initial ranges", no -1..1 axes): y from 0; a time x axis spans the last
     minute until data arrives (:func:`_follow_time`)."""
@@ -99,9 +100,6 @@ def _empty_ranges(time_x: bool = False, x_start: float | None = None,
     if time_x:
         now = time.time() * 1000
         out["x_range"] = Range1d(now - 60_000, now)
-    else:
-        start = {} if x_start is None else {"start": x_start}
-        out["x_range"] = DataRange1d(default_span=4, range_padding=0.05, **start)
     return out
 
 
@@ -119,6 +117,15 @@ def _follow_time(fig, *sources) -> None:
         fig.x_range.start, fig.x_range.end = start, end
 
 
+def _inner_width(fig) -> int | None:
+    """The plot area's width in pixels as the browser last reported it
+    (unset before a browser has drawn the figure)."""
+    try:
+        return fig.inner_width
+    except ValueError:  # bokeh's UnsetValueError
+        return None
+
+
 def _waiting_label(fig, text: str):
     """A note in the middle of an empty chart (hidden once data arrives)."""
     from bokeh.models import Label
@@ -133,17 +140,20 @@ class TimingFigure:
     """Stacked bars, one per update_graph: seconds per phase (hover: us/task)."""
 
     def __init__(self, kind: str, sizing_mode: str | None = None, width: int = 560,
-                 y_range: Any = None):  # fmt: skip
-        from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
+                 y_range: Any = None, peers: list | None = None):  # fmt: skip
+        from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Legend, LegendItem, Range1d
 
         self.kind = kind
         self.source = ColumnDataSource(empty_timing(), name=f"sg-timing-{kind}")
-        ranges = _empty_ranges(x_start=0.5, y_span=0.1)
-        if y_range is not None:
-            ranges["y_range"] = y_range
+        #: the charts sharing ``y_range`` (the tallest bar of all sets its end)
+        self.peers = peers if peers is not None else [self]
+        self.tallest = 0.0
+        # explicit ranges, set as bars arrive: Bokeh's automatic ranges end
+        # at -inf over empty stacked bars (no axes drawn at all)
         fig = _figure(sizing_mode, width, title=f"update_graph phases: {kind}",
-                      x_axis_label="update_graph (bar per submission, oldest left)",
-                      y_axis_label="seconds", **ranges)  # fmt: skip
+                      x_axis_label="update_graph submissions (id, tasks)",
+                      y_axis_label="seconds", x_range=Range1d(0.5, 5.5),
+                      y_range=y_range if y_range is not None else Range1d(0, 1))  # fmt: skip
         renderers = fig.vbar_stack(
             list(STACK),
             x="x",
@@ -179,7 +189,7 @@ class TimingFigure:
         )
         fig.add_layout(legend, "right")
         fig.xaxis.minor_tick_line_color = None
-        fig.xaxis[0].ticker.min_interval = 1
+        fig.xaxis.ticker = FixedTicker(ticks=[])  # one tick per bar (as bars arrive)
         fig.xgrid.grid_line_color = None
         self.empty = _waiting_label(fig, "no update_graph recorded yet")
         self.figure = fig
@@ -188,7 +198,18 @@ class TimingFigure:
         """Stream :func:`~.transforms.timing_row` rows (a document callback)."""
         if rows:
             self.source.stream({c: [r[c] for r in rows] for c in rows[0]}, rollover)
-            self.figure.x_range.start = self.source.data["x"][0] - 0.5
+            data = self.source.data
+            xr, yr = self.figure.x_range, self.figure.y_range
+            xr.start, xr.end = data["x"][0] - 0.5, max(data["x"][-1] + 0.5, data["x"][0] + 2.5)
+            every = 1 + len(data["x"]) // 16  # at most ~16 labelled bars
+            self.figure.xaxis.ticker.ticks = [int(x) for x in data["x"]][::-1][::every]
+            self.tallest = max(data["total_s"])
+            yr.start, yr.end = 0, max(p.tallest for p in self.peers) * 1.08 or 1
+            # tick labels: the submission and its size
+            self.figure.xaxis.major_label_overrides = {
+                int(x): f"#{sid}\n{short_count(n)} tasks"
+                for x, sid, n in zip(data["x"], data["submission_id"], data["tasks"])
+            }
             self.empty.visible = False
 
 
@@ -243,9 +264,14 @@ class MemoryIcicle:
     def show(self, data: dict, ntasks: int | None = None, sample: int | None = None) -> None:
         """Draw :func:`~.transforms.icicle` columns; the title says how many
         tasks were walked (a document callback)."""
-        self.source.data = data
         self.total = max(data["x1"], default=0.0)
         end = max(p.total for p in self.peers) or 2**20
+        # labels cut to their boxes, at ~6 px per 8pt character of the
+        # plot's width as the browser reports it (Bokeh syncs inner_width)
+        chars = (_inner_width(self.figure) or self.figure.width or 560) / 6
+        data = dict(data, label=[fit_label(name, (x1 - x0) / end, chars) for name, x0, x1
+                                 in zip(data["name"], data["x0"], data["x1"])])  # fmt: skip
+        self.source.data = data
         if self.figure.x_range.end != end:
             self.figure.x_range.start, self.figure.x_range.end = 0, end
         depth = max(data["depth"], default=0)
@@ -273,7 +299,7 @@ class LazySeriesFigure:
                       height=260, **_empty_ranges(time_x=True))  # fmt: skip
         src = self.source
         # the saving is the band between what is held and what eager sets would hold
-        r1 = fig.varea("time", y1="held_mb", y2="eager_mb", source=src,
+        r1 = fig.varea("time", y1="held_mb", y2="saved_top_mb", source=src,
                        fill_color=engine_tint(kind, 1), fill_alpha=0.6)
         r2 = fig.line("time", "held_mb", source=src, color=engine_color(kind), line_width=2)
         r3 = fig.line("time", "eager_mb", source=src, color=EAGER_COLOR, line_width=2,
@@ -286,9 +312,12 @@ class LazySeriesFigure:
                     LegendItem(label="saved", renderers=[r1]),
                 ],
                 label_text_font_size="8pt",
-                location="top_left",
-                background_fill_alpha=0.7,
+                orientation="horizontal",
+                spacing=12,
+                padding=2,
+                margin=2,
             ),
+            "below",
         )
         fig.add_tools(
             HoverTool(
@@ -359,9 +388,12 @@ class LazyAttrsFigure:
                     LegendItem(label="saved vs eager sets", renderers=[rs[1]]),
                 ],
                 label_text_font_size="8pt",
-                location="bottom_right",
-                background_fill_alpha=0.7,
+                orientation="horizontal",
+                spacing=12,
+                padding=2,
+                margin=2,
             ),
+            "below",
         )
         fig.add_tools(
             HoverTool(
@@ -458,9 +490,11 @@ class Views:
         fig = {"sizing_mode": sizing_mode, "width": width}
         self.timing: dict[str, TimingFigure] = {}
         shared_y = None
+        bars: list[TimingFigure] = []
         for kind in self.kinds:
-            self.timing[kind] = TimingFigure(kind, y_range=shared_y, **fig)
+            self.timing[kind] = TimingFigure(kind, y_range=shared_y, peers=bars, **fig)
             shared_y = self.timing[kind].figure.y_range
+        bars.extend(self.timing.values())
         from bokeh.models import Range1d
 
         icicle_x = Range1d(0, 2**20)  # one byte scale for every kind's tree
@@ -533,6 +567,31 @@ class Views:
                      sizing_mode=self.sizing_mode)
               for k in self.kinds],
             sizing_mode=self.sizing_mode,
+        )  # fmt: skip
+
+    def page_layout(self):
+        """The scheduler tab's page (one kind, ``stretch_width``): phases
+        beside RSS, the memory tree across, the container series beside
+        the per-attribute bars."""
+        from bokeh.layouts import column, row
+        from bokeh.models import Div
+
+        sm = self.sizing_mode
+
+        def h(text):
+            return Div(text=f"<h3 style='margin:4px 0'>{text}</h3>", sizing_mode=sm)
+
+        (kind,) = self.kinds
+        return column(
+            self.status,
+            row(column(h("update_graph phases"), self.timing[kind].figure, sizing_mode=sm),
+                column(h("Scheduler process"), self.rss.figure, sizing_mode=sm), sizing_mode=sm),
+            h("Scheduler memory by object"),
+            self.memory[kind].figure,
+            h("Task containers (lazy vs eager sets)"),
+            row(self.lazy[kind].figure, self.lazy_attrs[kind].figure, sizing_mode=sm),
+            self.notes[kind],
+            sizing_mode=sm,
         )  # fmt: skip
 
     def layout(self):

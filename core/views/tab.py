@@ -106,13 +106,13 @@ def slimgraph_doc(scheduler, extra, doc):
 
     try:
         kind = scheduler_kind(scheduler)
-        views = Views(kinds=(kind,), width=640)
+        views = Views(kinds=(kind,), sizing_mode="stretch_width")
         views.status.text = (
             f"<b>slimgraph</b>: {kind} scheduler; phases, memory and lazy containers, "
             f"refreshed every {REFRESH_MS // 1000} s."
         )
         _attach(scheduler, doc, views)
-        doc.add_root(views.layout())
+        doc.add_root(views.page_layout())
         doc.title = "Dask: slimgraph"
         doc.template = env.get_template("simple.html")
         doc.template_variables.update(extra)

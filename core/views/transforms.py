@@ -171,6 +171,27 @@ def icicle(rows: list[dict], max_depth: int = 6, min_fraction: float = 0.002,
     return _in_bytes(out, total)
 
 
+#: How many 8pt characters fit across a whole icicle (its narrowest, ~500 px).
+ICICLE_CHARS = 75
+
+
+def fit_label(name: str, share: float, chars: int = ICICLE_CHARS) -> str:
+    """``name`` as it fits a box ``share`` of the chart wide: whole, cut
+    with an ellipsis, or nothing (never running into the next box)."""
+    room = int(share * chars) - 1
+    if room >= len(name):
+        return name
+    return name[: room - 1] + "\u2026" if room >= 4 else ""
+
+
+def short_count(n: float) -> str:
+    """1234 -> '1.2k', 2_500_000 -> '2.5M' (tick labels)."""
+    for div, unit in ((1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.1f}".rstrip("0").rstrip(".") + unit
+    return f"{n:.0f}"
+
+
 def _in_bytes(out: dict, total: float) -> dict:
     out["x0"] = [x * total for x in out["x0"]]
     out["x1"] = [x * total for x in out["x1"]]
@@ -179,7 +200,7 @@ def _in_bytes(out: dict, total: float) -> dict:
 
 # -- lazy containers ------------------------------------------------------------
 #: Columns of the lazy-container time series (one point per census).
-LAZY_SERIES_COLUMNS = ("time", "held_mb", "eager_mb", "saved_mb", "allocated",
+LAZY_SERIES_COLUMNS = ("time", "held_mb", "eager_mb", "saved_mb", "saved_top_mb", "allocated",
                        "not_allocated", "empty_allocated", "shared")  # fmt: skip
 #: Columns of the per-attribute bars (one row per container attribute).
 LAZY_ATTR_COLUMNS = (
@@ -221,6 +242,8 @@ def lazy_summary(census) -> tuple[dict, dict]:
         "held_mb": held / 2**20,
         "eager_mb": eager / 2**20,
         "saved_mb": max(sum(attrs["saved_bytes"]), 0.0) / 2**20,
+        # the top of the "saved" band: no band where eager sets would hold less
+        "saved_top_mb": max(eager, held) / 2**20,
         **tot,
     }
     return point, attrs
