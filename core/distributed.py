@@ -125,6 +125,22 @@ def installed() -> bool:
     return _installed
 
 
+def _rebind_handlers(scheduler: Scheduler) -> None:
+    """Point the scheduler's RPC and stream handlers at its new class' methods.
+
+    distributed binds them in ``Scheduler.__init__`` (``handlers`` and
+    ``stream_handlers`` hold bound methods), so after a class change they
+    would still run stock's ``update_graph``: the preload's scheduler
+    ingested with stock code and recorded nothing."""
+    for table in (scheduler.handlers, scheduler.stream_handlers):
+        for name, fn in list(table.items()):
+            if getattr(fn, "__self__", None) is not scheduler:
+                continue
+            now = getattr(scheduler, fn.__func__.__name__, None)
+            if now is not None and getattr(now, "__func__", None) is not fn.__func__:
+                table[name] = now
+
+
 def make_slim(scheduler: Scheduler) -> SlimScheduler:
     """Turn a stock Scheduler that holds no tasks yet into a SlimScheduler."""
     if isinstance(scheduler, SlimScheduler):
@@ -135,6 +151,7 @@ def make_slim(scheduler: Scheduler) -> SlimScheduler:
             f"this one holds {len(scheduler.tasks)}"
         )
     scheduler.__class__ = SlimScheduler
+    _rebind_handlers(scheduler)
     scheduler.slim_lazy = bool(config.get("lazy-containers"))
     scheduler.use_task_queue()
     return scheduler  # type: ignore[return-value]

@@ -23,7 +23,8 @@ from slimgraph.instrument.lazysets import AttrCensus, Census
 from slimgraph.instrument.recorder import get_extension, get_history
 from slimgraph.instrument.records import PHASES, PhaseRecord, SubmissionRecord
 from slimgraph.views import tab, transforms
-from slimgraph.views.figures import PHASE_COLORS, Views
+from slimgraph.views.figures import Views
+from slimgraph.views.palette import PHASE_COLORS
 from slimgraph.views.refresher import Refresher
 
 OUR_PAGES = {"/individual-slimgraph-timing", "/individual-slimgraph-memory",
@@ -139,10 +140,10 @@ def test_icicle_children_nest_inside_parents():
     by = {p: i for i, p in enumerate(out["path"])}
     assert "state/tiny" not in by  # narrower than min_fraction
     span = lambda p: (out["x0"][by[p]], out["x1"][by[p]])  # noqa: E731
-    assert span("state") == (0.0, 1.0)
-    assert span("state/a") == pytest.approx((0.0, 0.6))
-    assert span("state/b") == pytest.approx((0.6, 0.9))
-    assert span("state/a/x") == pytest.approx((0.0, 0.3))
+    assert span("state") == (0.0, 1000.0)  # x is bytes
+    assert span("state/a") == pytest.approx((0.0, 600))
+    assert span("state/b") == pytest.approx((600, 900))
+    assert span("state/a/x") == pytest.approx((0.0, 300))
     assert out["y1"][by["state/a/x"]] == out["y0"][by["state/a"]]
     assert out["bytes_h"][by["state"]] == "1000 B"
 
@@ -400,6 +401,9 @@ def test_tab_by_the_slim_preload_in_process():
             async with Scheduler(dashboard_address="127.0.0.1:0", host="127.0.0.1",
                                  preload=["slimgraph.distributed"]) as s:
                 out["class"] = type(s).__qualname__
+                # the handlers distributed bound in __init__ run the slim methods
+                out["slim_handler"] = (s.stream_handlers["update-graph"].__func__
+                                       is type(s).update_graph)
                 port = s.http_server.port
                 http = AsyncHTTPClient()
                 r = await http.fetch(f"http://127.0.0.1:{port}/slimgraph", raise_error=False)
@@ -418,7 +422,7 @@ def test_tab_by_the_slim_preload_in_process():
 
         asyncio.run(main())
     """)
-    assert out == {"class": "SlimScheduler", "code": 200, "slim_source": True,
+    assert out == {"class": "SlimScheduler", "slim_handler": True, "code": 200, "slim_source": True,
                    "workers_code": 200, "navbar": True, "listed": sorted(OUR_PAGES)}
 
 

@@ -455,3 +455,75 @@ def test_jupyterlab_launcher_tile_and_notebook(web, scheduler_proc, client, tmp_
         assert not outside, f"requests to outside hosts: {outside}"
     finally:
         lab.stop()
+
+
+# ---------------------------------------------------------------------------
+# (c) the individual pages as dask-labextension shows them: in an iframe pane
+# ---------------------------------------------------------------------------
+
+
+def _pane(page, url: str, width: int, height: int):
+    """``url`` in an iframe of ``width`` x ``height`` (a JupyterLab pane, as
+    dask-labextension embeds individual pages); its frame."""
+    page.set_content(
+        f'<html><body style="margin:0"><iframe id="pane" src="{url}" '
+        f'style="width:{width}px;height:{height}px;border:0"></iframe></body></html>')
+    frame = page.frame_locator("#pane")
+    frame.locator("canvas").first.wait_for(state="attached", timeout=60_000)
+    return next(f for f in page.frames if f.url.startswith(url))
+
+
+def _drawn_box(page) -> tuple[float, float]:
+    """Width and height spanned by the canvases in the pane (shadow DOM included)."""
+    boxes = [b for b in (c.bounding_box() for c in page.frame_locator("#pane").locator("canvas").all())
+             if b and b["width"] > 0]  # fmt: skip
+    assert boxes, "nothing drawn"
+    return (max(b["x"] + b["width"] for b in boxes) - min(b["x"] for b in boxes),
+            max(b["y"] + b["height"] for b in boxes) - min(b["y"] for b in boxes))
+
+
+def test_individual_pages_fill_the_pane_and_show_history(web, scheduler_proc, client):
+    """Opened after a submission, each individual page holds the records the
+    scheduler already has (timing bars, RSS marks), fills its pane both ways
+    at two pane sizes, and logs no warning (no "could not set initial
+    ranges") and no error."""
+    import dask.array as da
+
+    from slimgraph.instrument import client as sgc
+
+    page, watch = web
+    _, dash = scheduler_proc
+    warnings: list[str] = []
+    page.on("console", lambda m: m.type in ("warning", "error") and warnings.append(m.text))
+    assert client.compute((da.ones((300, 300), chunks=10) + 1).sum()).result(timeout=60) == 180_000
+    done = [r for r in sgc.get_submissions(client) if r.status != "running"]
+    assert done
+
+    for which, (w, h) in {"timing": (900, 600), "memory": (900, 600),
+                          "lazy-sets": (900, 600)}.items():  # fmt: skip
+        url = f"{dash}/individual-slimgraph-{which}"
+        frame = _pane(page, url, w, h)
+        if which == "timing":
+            frame.wait_for_function(
+                "([n, k]) => { const s = Bokeh.documents[0].get_model_by_name(n);"
+                " return s && s.data.submission_id.length >= k; }",
+                arg=["sg-timing-stock", len(done)], timeout=60_000)  # fmt: skip
+            ids = frame.evaluate(SOURCE_JS, "sg-timing-stock")["submission_id"]
+            assert [r.submission_id for r in done] == ids[-len(done):]
+        if which == "memory":
+            frame.wait_for_function(
+                "() => { const s = Bokeh.documents[0].get_model_by_name('sg-rss-marks');"
+                " return s && s.data.time.length >= 2; }", timeout=60_000)  # fmt: skip
+        page.wait_for_timeout(1500)
+        dw, dh = _drawn_box(page)
+        assert dw >= 0.9 * w and dh >= 0.85 * h, (which, dw, dh)
+        shot(page, f"scheduler-individual-{which}-pane")
+
+    frame = _pane(page, f"{dash}/individual-slimgraph-memory", 1300, 900)
+    page.wait_for_timeout(1500)
+    dw, dh = _drawn_box(page)
+    assert dw >= 0.9 * 1300 and dh >= 0.85 * 900, (dw, dh)  # follows the pane
+    shot(page, "scheduler-individual-memory-pane-large")
+    assert not [m for m in warnings if "initial ranges" in m], warnings
+    assert not warnings, warnings
+    assert_clean(watch)

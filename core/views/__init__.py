@@ -1,5 +1,7 @@
 """What the dashboard shows, without Panel: Bokeh figures fed by feeds.
 
+- :mod:`.palette`      colours: one per engine, one fixed colour (and hatch)
+  per update_graph phase, used by every figure
 - :mod:`.transforms`   pure functions: records, memory trees and censuses to
   plot columns (timing rows, the icicle layout, the lazy-container summary)
 - :mod:`.figures`      one class per Bokeh figure, each with a named data

@@ -23,11 +23,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimgraph.instrument.records import PHASES
+from slimgraph.views.palette import (
+    EAGER_COLOR,
+    MUTED,
+    PHASE_COLORS,
+    PHASE_HATCHES,
+    engine_color,
+    engine_tint,
+)
 from slimgraph.views.transforms import (
+    fit_label,
+    fmt_bytes,
+    short_count,
     LAZY_ATTR_COLUMNS,
     LAZY_SERIES_COLUMNS,
     OTHER,
+    RSS_MARK_COLUMNS,
     STACK,
     TREE_COLUMNS,
     empty_timing,
@@ -36,37 +47,24 @@ from slimgraph.views.transforms import (
 
 KINDS = ("stock", "slim")
 
-#: Fixed phase colours, in :data:`slimgraph.instrument.records.PHASES` order, then "other".
-PHASE_COLORS = dict(
-    zip(
-        PHASES,
-        (
-            "#1f77b4",  # deserialize
-            "#aec7e8",  # materialize
-            "#ff7f0e",  # cull
-            "#ffbb78",  # lost_dependencies
-            "#2ca02c",  # order
-            "#98df8a",  # task_states
-            "#d62728",  # annotations
-            "#9467bd",  # priorities
-            "#8c564b",  # who_wants
-            "#e377c2",  # transitions
-            "#7f7f7f",  # plugins
-            "#17becf",  # commit
-        ),
-    )
-)
-PHASE_COLORS[OTHER] = "#d9d9d9"
-KIND_COLORS = {"stock": "#d62728", "slim": "#1f77b4"}
 
 
 def _figure(sizing_mode: str | None, width: int, **kw: Any):
+    """A figure ``width`` wide (or following ``sizing_mode``); with
+    ``stretch_both`` it fills its container both ways, as dask's own
+    individual pages do (no fixed height: only a minimum)."""
     from bokeh.plotting import figure
 
-    kw.setdefault("height", 300)
-    if sizing_mode:
+    height = kw.pop("height", 300)
+    if sizing_mode == "stretch_both":
         kw["sizing_mode"] = sizing_mode
+        kw.setdefault("min_height", min(height, 200))
+        kw.setdefault("min_width", 240)
+    elif sizing_mode:
+        kw["sizing_mode"] = sizing_mode
+        kw["height"] = height
     else:
+        kw["height"] = height
         kw.setdefault("width", width)
     kw.setdefault("toolbar_location", "above")
     kw.setdefault("tools", "pan,wheel_zoom,box_zoom,reset,save")
@@ -76,30 +74,96 @@ def _figure(sizing_mode: str | None, width: int, **kw: Any):
 def _time_formatter():
     from bokeh.models import DatetimeTickFormatter
 
+    # one short label per tick (no milliseconds: ticks are seconds apart)
     return DatetimeTickFormatter(
-        milliseconds="%H:%M:%S.%3N", seconds="%H:%M:%S", minsec="%H:%M:%S",
-        minutes="%H:%M", hourmin="%H:%M", hours="%H:%M",
+        milliseconds="%H:%M:%S", seconds="%H:%M:%S", minsec="%H:%M:%S",
+        minutes="%H:%M", hourmin="%H:%M", hours="%H:%M", days="%b %d",
     )  # fmt: skip
+
+
+def _time_axis(fig) -> None:
+    """Readable time ticks: a few short labels, never run together."""
+    fig.xaxis.formatter = _time_formatter()
+    fig.xaxis.ticker.desired_num_ticks = 4
+    fig.xaxis.major_label_orientation = 0
+
+
+def _empty_ranges(time_x: bool = False, y_span: float = 1.0) -> dict:
+    """Explicit ranges that are finite before any data (no "could not set
+    initial ranges", no -1..1 axes): y from 0; a time x axis spans the last
+    minute until data arrives (:func:`_follow_time`)."""
+    import time
+
+    from bokeh.models import DataRange1d, Range1d
+
+    out = {"y_range": DataRange1d(start=0, default_span=y_span, range_padding=0.08)}
+    if time_x:
+        now = time.time() * 1000
+        out["x_range"] = Range1d(now - 60_000, now)
+    return out
+
+
+def _follow_time(fig, *sources) -> None:
+    """A time chart's x range spans its data (at least a minute). Set by
+    hand: a range that starts explicit cannot be turned automatic without
+    replacing it, which costs the document ~50 ms."""
+    times = [t for src in sources for t in (src.data["time"][:1] + src.data["time"][-1:])]
+    if not times:
+        return
+    t0, t1 = min(times), max(times)
+    span = max(t1 - t0, 60_000)
+    start, end = t1 - span - span * 0.02, t1 + span * 0.02
+    if (fig.x_range.start, fig.x_range.end) != (start, end):
+        fig.x_range.start, fig.x_range.end = start, end
+
+
+def _inner_width(fig) -> int | None:
+    """The plot area's width in pixels as the browser last reported it
+    (unset before a browser has drawn the figure)."""
+    try:
+        return fig.inner_width
+    except ValueError:  # bokeh's UnsetValueError
+        return None
+
+
+def _waiting_label(fig, text: str):
+    """A note in the middle of an empty chart (hidden once data arrives)."""
+    from bokeh.models import Label
+
+    label = Label(x=60, y=40, x_units="screen", y_units="screen", text=text,
+                  text_color=MUTED, text_font_size="11pt")  # fmt: skip
+    fig.add_layout(label)
+    return label
 
 
 class TimingFigure:
     """Stacked bars, one per update_graph: seconds per phase (hover: us/task)."""
 
     def __init__(self, kind: str, sizing_mode: str | None = None, width: int = 560,
-                 y_range: Any = None):  # fmt: skip
-        from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
+                 y_range: Any = None, peers: list | None = None):  # fmt: skip
+        from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Legend, LegendItem, Range1d
 
         self.kind = kind
         self.source = ColumnDataSource(empty_timing(), name=f"sg-timing-{kind}")
-        kw = {"y_range": y_range} if y_range is not None else {}
+        #: the charts sharing ``y_range`` (the tallest bar of all sets its end)
+        self.peers = peers if peers is not None else [self]
+        self.tallest = 0.0
+        # explicit ranges, set as bars arrive: Bokeh's automatic ranges end
+        # at -inf over empty stacked bars (no axes drawn at all)
         fig = _figure(sizing_mode, width, title=f"update_graph phases: {kind}",
-                      x_axis_label="submission", y_axis_label="seconds", **kw)  # fmt: skip
+                      x_axis_label="update_graph submissions (id, tasks)",
+                      y_axis_label="seconds", x_range=Range1d(0.5, 5.5),
+                      y_range=y_range if y_range is not None else Range1d(0, 1))  # fmt: skip
         renderers = fig.vbar_stack(
             list(STACK),
             x="x",
             width=0.8,
             source=self.source,
             color=[PHASE_COLORS[p] for p in STACK],
+            hatch_pattern=[PHASE_HATCHES[p] for p in STACK],
+            hatch_color="#333333",
+            hatch_alpha=0.45,
+            hatch_scale=8,
             name=[f"sg-phase-{p}-{kind}" for p in STACK],
         )
         for p, r in zip(STACK, renderers):
@@ -125,35 +189,59 @@ class TimingFigure:
         )
         fig.add_layout(legend, "right")
         fig.xaxis.minor_tick_line_color = None
-        fig.xaxis[0].ticker.min_interval = 1
-        fig.y_range.start = 0
+        fig.xaxis.ticker = FixedTicker(ticks=[])  # one tick per bar (as bars arrive)
+        fig.xgrid.grid_line_color = None
+        self.empty = _waiting_label(fig, "no update_graph recorded yet")
         self.figure = fig
 
     def append(self, rows: list[dict], rollover: int) -> None:
         """Stream :func:`~.transforms.timing_row` rows (a document callback)."""
         if rows:
             self.source.stream({c: [r[c] for r in rows] for c in rows[0]}, rollover)
+            data = self.source.data
+            xr, yr = self.figure.x_range, self.figure.y_range
+            xr.start, xr.end = data["x"][0] - 0.5, max(data["x"][-1] + 0.5, data["x"][0] + 2.5)
+            every = 1 + len(data["x"]) // 16  # at most ~16 labelled bars
+            self.figure.xaxis.ticker.ticks = [int(x) for x in data["x"]][::-1][::every]
+            self.tallest = max(data["total_s"])
+            yr.start, yr.end = 0, max(p.tallest for p in self.peers) * 1.08 or 1
+            # tick labels: the submission and its size
+            self.figure.xaxis.major_label_overrides = {
+                int(x): f"#{sid}\n{short_count(n)} tasks"
+                for x, sid, n in zip(data["x"], data["submission_id"], data["tasks"])
+            }
+            self.empty.visible = False
 
 
 class MemoryIcicle:
-    """The scheduler's memory tree as an icicle (hover: bytes, count, B/task)."""
+    """The scheduler's memory tree as an icicle (hover: bytes, count, B/task).
 
-    def __init__(self, kind: str, sizing_mode: str | None = None, width: int = 560):
-        from bokeh.models import ColumnDataSource, HoverTool, Range1d
+    x is bytes: the icicles of all kinds share one x range (:class:`Views`),
+    so stock's and slim's trees are drawn to the same absolute byte scale."""
+
+    def __init__(self, kind: str, sizing_mode: str | None = None, width: int = 560,
+                 x_range: Any = None, peers: list | None = None):  # fmt: skip
+        from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter, Range1d
 
         self.kind = kind
+        self.total = 0.0
+        #: the icicles sharing ``x_range`` (their largest total sets its end)
+        self.peers = peers if peers is not None else [self]
         self.source = ColumnDataSource({c: [] for c in TREE_COLUMNS}, name=f"sg-memory-{kind}")
         fig = _figure(sizing_mode, width, title=f"scheduler memory by object: {kind}",
-                      x_range=Range1d(0, 1), tools="xwheel_zoom,xpan,reset,save",
+                      x_range=x_range if x_range is not None else Range1d(0, 2**20),
+                      y_range=Range1d(-7, 0), tools="xwheel_zoom,xpan,reset,save",
+                      x_axis_label="bytes (same scale for every scheduler)",
                       height=260)  # fmt: skip
         q = fig.quad(
             left="x0", right="x1", bottom="y0", top="y1",
             source=self.source, fill_color="color",
-            line_color="white", fill_alpha=0.8,
+            line_color="white", fill_alpha=0.9,
         )  # fmt: skip
         fig.text(
             x="x0", y="y0", text="label", source=self.source,
-            x_offset=3, y_offset=-3, text_font_size="8pt", text_baseline="bottom",
+            x_offset=3, y_offset=-4, text_font_size="8pt", text_baseline="bottom",
+            text_color="#222222",
         )  # fmt: skip
         fig.add_tools(
             HoverTool(
@@ -166,17 +254,34 @@ class MemoryIcicle:
                 ],
             )
         )
-        fig.axis.visible = False
+        fig.yaxis.visible = False
+        fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
+        fig.xaxis.ticker.desired_num_ticks = 5
         fig.grid.visible = False
+        self.empty = _waiting_label(fig, "walking the scheduler's memory...")
         self.figure = fig
 
     def show(self, data: dict, ntasks: int | None = None, sample: int | None = None) -> None:
         """Draw :func:`~.transforms.icicle` columns; the title says how many
         tasks were walked (a document callback)."""
+        self.total = max(data["x1"], default=0.0)
+        end = max(p.total for p in self.peers) or 2**20
+        # labels cut to their boxes, at ~6 px per 8pt character of the
+        # plot's width as the browser reports it (Bokeh syncs inner_width)
+        chars = (_inner_width(self.figure) or self.figure.width or 560) / 6
+        data = dict(data, label=[fit_label(name, (x1 - x0) / end, chars) for name, x0, x1
+                                 in zip(data["name"], data["x0"], data["x1"])])  # fmt: skip
         self.source.data = data
+        if self.figure.x_range.end != end:
+            self.figure.x_range.start, self.figure.x_range.end = 0, end
+        depth = max(data["depth"], default=0)
+        if self.figure.y_range.start != -depth - 1:
+            self.figure.y_range.start = -depth - 1
+        self.empty.visible = False
         if ntasks is not None:
             how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"
-            title = f"scheduler memory by object: {self.kind} ({how})"
+            total = fmt_bytes(self.total)
+            title = f"scheduler memory by object: {self.kind}, {total} ({how})"
             if self.figure.title.text != title:
                 self.figure.title.text = title
 
@@ -189,97 +294,139 @@ class LazySeriesFigure:
 
         self.kind = kind
         self.source = ColumnDataSource({c: [] for c in LAZY_SERIES_COLUMNS}, name=f"sg-lazy-{kind}")
-        fig = _figure(sizing_mode, width, title=f"lazy containers over time: {kind}",
-                      x_axis_type="datetime", y_axis_label="MiB", height=260)  # fmt: skip
+        fig = _figure(sizing_mode, width, title=f"task containers' bytes over time: {kind}",
+                      x_axis_type="datetime", y_axis_label="MiB", x_axis_label="time",
+                      height=260, **_empty_ranges(time_x=True))  # fmt: skip
         src = self.source
-        r1 = fig.line("time", "saved_mb", source=src, color="#2ca02c", line_width=2)
-        r2 = fig.line("time", "held_mb", source=src, color="#1f77b4", line_width=2)
-        r3 = fig.line("time", "eager_mb", source=src, color="#7f7f7f", line_dash="dashed")
+        # the saving is the band between what is held and what eager sets would hold
+        r1 = fig.varea("time", y1="held_mb", y2="saved_top_mb", source=src,
+                       fill_color=engine_tint(kind, 1), fill_alpha=0.6)
+        r2 = fig.line("time", "held_mb", source=src, color=engine_color(kind), line_width=2)
+        r3 = fig.line("time", "eager_mb", source=src, color=EAGER_COLOR, line_width=2,
+                      line_dash="dashed")
         fig.add_layout(
             Legend(
                 items=[
-                    LegendItem(label="saved vs eager", renderers=[r1]),
                     LegendItem(label="held", renderers=[r2]),
-                    LegendItem(label="eager would hold", renderers=[r3]),
+                    LegendItem(label="eager sets would hold", renderers=[r3]),
+                    LegendItem(label="saved", renderers=[r1]),
                 ],
                 label_text_font_size="8pt",
+                orientation="horizontal",
+                spacing=12,
+                padding=2,
+                margin=2,
             ),
-            "right",
+            "below",
         )
         fig.add_tools(
             HoverTool(
-                renderers=[r1],
+                renderers=[r2],
+                mode="vline",
                 tooltips=[
                     ("saved", "@saved_mb{0.00} MiB"),
                     ("held", "@held_mb{0.00} MiB"),
+                    ("eager", "@eager_mb{0.00} MiB"),
                     ("allocated", "@allocated{0,0}"),
                     ("not allocated", "@not_allocated{0,0}"),
-                    ("empty but allocated", "@empty_allocated{0,0}"),
                     ("shared", "@shared{0,0}"),
                 ],
             )
         )
-        fig.xaxis.formatter = _time_formatter()
+        _time_axis(fig)
+        self.empty = _waiting_label(fig, "no census yet")
         self.figure = fig
 
     def append(self, point: dict, rollover: int = 2000) -> None:
-        self.source.stream({k: [v] for k, v in point.items()}, rollover)
+        self.extend([point], rollover)
+
+    def extend(self, points: list[dict], rollover: int = 2000) -> None:
+        """Stream census points (a document callback)."""
+        if points:
+            self.source.stream({c: [p[c] for p in points] for c in LAZY_SERIES_COLUMNS}, rollover)
+            _follow_time(self.figure, self.source)
+            self.empty.visible = False
 
 
 class LazyAttrsFigure:
-    """Per container attribute: tasks with a container of their own, and without."""
+    """Per container attribute, now: the bytes its containers hold, and
+    what they save against stock's eager sets (together: what eager sets
+    would hold)."""
 
     def __init__(self, kind: str, sizing_mode: str | None = None, width: int = 560):
-        from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, NumeralTickFormatter
+        from bokeh.models import (
+            ColumnDataSource,
+            DataRange1d,
+            FactorRange,
+            HoverTool,
+            Legend,
+            LegendItem,
+            NumeralTickFormatter,
+        )
+
+        from slimgraph.instrument.lazysets import ATTRS
 
         self.kind = kind
         _, attrs = lazy_summary(None)
         assert tuple(attrs) == LAZY_ATTR_COLUMNS
         self.source = ColumnDataSource(attrs, name=f"sg-lazyattrs-{kind}")
-        fig = _figure(sizing_mode, width, title=f"containers per attribute (now): {kind}",
-                      y_range=[], x_axis_label="containers", height=260)  # fmt: skip
+        fig = _figure(sizing_mode, width, title=f"task containers' bytes per attribute (now): {kind}",
+                      y_range=FactorRange(*ATTRS),
+                      x_range=DataRange1d(start=0, default_span=2**20, range_padding=0.05),
+                      x_axis_label="bytes", height=260)  # fmt: skip
         rs = fig.hbar_stack(
-            ["allocated", "not_allocated"],
+            ["held_bytes", "saved_drawn"],
             y="attribute",
             height=0.7,
             source=self.source,
-            color=["#1f77b4", "#c7c7c7"],
+            color=[engine_color(kind), engine_tint(kind, 1)],
         )
         fig.add_layout(
             Legend(
                 items=[
-                    LegendItem(label="allocated", renderers=[rs[0]]),
-                    LegendItem(label="not allocated", renderers=[rs[1]]),
+                    LegendItem(label="held", renderers=[rs[0]]),
+                    LegendItem(label="saved vs eager sets", renderers=[rs[1]]),
                 ],
                 label_text_font_size="8pt",
+                orientation="horizontal",
+                spacing=12,
+                padding=2,
+                margin=2,
             ),
-            "right",
+            "below",
         )
         fig.add_tools(
             HoverTool(
                 renderers=list(rs),
                 tooltips=[
                     ("attribute", "@attribute"),
+                    ("bytes held", "@held_h"),
+                    ("saved vs eager", "@saved_h"),
                     ("allocated", "@allocated{0,0}"),
                     ("not allocated", "@not_allocated{0,0}"),
                     ("empty but allocated", "@empty_allocated{0,0}"),
                     ("shared", "@shared{0,0}"),
-                    ("bytes held", "@held_h"),
-                    ("saved vs eager", "@saved_h"),
                 ],
             )
         )
-        fig.xaxis.formatter = NumeralTickFormatter(format="0a")
+        fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
+        fig.xaxis.ticker.desired_num_ticks = 5
+        fig.ygrid.grid_line_color = None
+        self.empty = _waiting_label(fig, "no census yet")
         self.figure = fig
 
     def show(self, attrs: dict) -> None:
-        if list(self.figure.y_range.factors) != list(attrs["attribute"]):
-            self.figure.y_range.factors = list(attrs["attribute"])
+        factors = list(attrs["attribute"])
+        if factors and list(self.figure.y_range.factors) != factors:
+            self.figure.y_range.factors = factors
         self.source.data = attrs
+        self.empty.visible = not factors
 
 
 class RssFigure:
-    """Resident set size of each scheduler's process, one line per kind."""
+    """Resident set size of each scheduler's process, one line per kind,
+    sampled while a view is open; marks at each update_graph's start and
+    end (RSS before and after it, from the records: the history)."""
 
     def __init__(self, kinds: tuple[str, ...], sizing_mode: str | None = None, width: int = 560):
         from bokeh.models import ColumnDataSource, HoverTool
@@ -287,20 +434,44 @@ class RssFigure:
         self.kinds = tuple(kinds)
         self.source = ColumnDataSource({"time": [], **{f"{k}_mb": [] for k in self.kinds}},
                                        name="sg-rss")  # fmt: skip
+        self.marks = ColumnDataSource({c: [] for c in RSS_MARK_COLUMNS}, name="sg-rss-marks")
         fig = _figure(sizing_mode, width, title="scheduler process RSS", x_axis_type="datetime",
-                      y_axis_label="MiB", height=220)  # fmt: skip
+                      y_axis_label="RSS (MiB)", x_axis_label="time", height=220,
+                      **_empty_ranges(time_x=True))  # fmt: skip
+        lines = []
         for kind in self.kinds:
-            fig.line(
-                "time", f"{kind}_mb", source=self.source, color=KIND_COLORS.get(kind, "black"),
+            lines.append(fig.line(
+                "time", f"{kind}_mb", source=self.source, color=engine_color(kind),
                 line_width=2, legend_label=kind,
-            )  # fmt: skip
-        fig.legend.location = "top_left"
-        fig.xaxis.formatter = _time_formatter()
-        fig.add_tools(HoverTool(tooltips=[(k, f"@{k}_mb{{0.0}} MiB") for k in self.kinds]))
+            ))  # fmt: skip
+        dots = fig.scatter("time", "mb", source=self.marks, color="color", size=7,
+                           marker="diamond", legend_label="update_graph start/end")  # fmt: skip
+        fig.legend.location = "bottom_left"
+        fig.legend.label_text_font_size = "8pt"
+        fig.legend.background_fill_alpha = 0.7
+        _time_axis(fig)
+        fig.add_tools(HoverTool(renderers=lines, mode="vline",
+                                tooltips=[(k, f"@{k}_mb{{0.0}} MiB") for k in self.kinds]))  # fmt: skip
+        fig.add_tools(HoverTool(renderers=[dots], tooltips=[("", "@what"), ("RSS", "@mb{0.0} MiB")]))
         self.figure = fig
 
+    def mark(self, rows: list[dict], rollover: int = 1000) -> None:
+        """Stream :func:`~.transforms.rss_marks` rows (a document callback)."""
+        if rows:
+            self.marks.stream({c: [r[c] for r in rows] for c in RSS_MARK_COLUMNS}, rollover)
+            _follow_time(self.figure, self.source, self.marks)
+
     def append(self, point: dict, rollover: int = 2000) -> None:
-        self.source.stream({k: [v] for k, v in point.items()}, rollover)
+        self.extend([point], rollover)
+
+    def extend(self, points: list[dict], rollover: int = 2000) -> None:
+        """Stream points ``{"time", "<kind>_mb"...}`` (a kind a point lacks
+        is NaN: a gap in its line)."""
+        if points:
+            cols = ["time", *(f"{k}_mb" for k in self.kinds)]
+            self.source.stream({c: [p.get(c, float("nan")) for p in points] for c in cols},
+                               rollover)  # fmt: skip
+            _follow_time(self.figure, self.source, self.marks)
 
 
 class Views:
@@ -319,15 +490,24 @@ class Views:
         fig = {"sizing_mode": sizing_mode, "width": width}
         self.timing: dict[str, TimingFigure] = {}
         shared_y = None
+        bars: list[TimingFigure] = []
         for kind in self.kinds:
-            self.timing[kind] = TimingFigure(kind, y_range=shared_y, **fig)
+            self.timing[kind] = TimingFigure(kind, y_range=shared_y, peers=bars, **fig)
             shared_y = self.timing[kind].figure.y_range
-        self.memory = {k: MemoryIcicle(k, **fig) for k in self.kinds}
+        bars.extend(self.timing.values())
+        from bokeh.models import Range1d
+
+        icicle_x = Range1d(0, 2**20)  # one byte scale for every kind's tree
+        peers: list[MemoryIcicle] = []
+        self.memory = {k: MemoryIcicle(k, x_range=icicle_x, peers=peers, **fig)
+                       for k in self.kinds}  # fmt: skip
+        peers.extend(self.memory.values())
         self.lazy = {k: LazySeriesFigure(k, **fig) for k in self.kinds}
         self.lazy_attrs = {k: LazyAttrsFigure(k, **fig) for k in self.kinds}
         self.rss = RssFigure(self.kinds, **fig)
         #: Per kind: what could not be measured (a refresher writes it).
-        self.notes = {k: Div(text="", name=f"sg-note-{k}", styles={"color": "#666"})
+        div = {"sizing_mode": "stretch_width"} if sizing_mode else {}
+        self.notes = {k: Div(text="", name=f"sg-note-{k}", styles={"color": MUTED}, **div)
                       for k in self.kinds}  # fmt: skip
         self.status = Div(text="", name="sg-status")
 
@@ -383,9 +563,35 @@ class Views:
         from bokeh.layouts import column, row
 
         return row(
-            *[column(self.lazy[k].figure, self.lazy_attrs[k].figure, self.notes[k])
+            *[column(self.lazy[k].figure, self.lazy_attrs[k].figure, self.notes[k],
+                     sizing_mode=self.sizing_mode)
               for k in self.kinds],
             sizing_mode=self.sizing_mode,
+        )  # fmt: skip
+
+    def page_layout(self):
+        """The scheduler tab's page (one kind, ``stretch_width``): phases
+        beside RSS, the memory tree across, the container series beside
+        the per-attribute bars."""
+        from bokeh.layouts import column, row
+        from bokeh.models import Div
+
+        sm = self.sizing_mode
+
+        def h(text):
+            return Div(text=f"<h3 style='margin:4px 0'>{text}</h3>", sizing_mode=sm)
+
+        (kind,) = self.kinds
+        return column(
+            self.status,
+            row(column(h("update_graph phases"), self.timing[kind].figure, sizing_mode=sm),
+                column(h("Scheduler process"), self.rss.figure, sizing_mode=sm), sizing_mode=sm),
+            h("Scheduler memory by object"),
+            self.memory[kind].figure,
+            h("Task containers (lazy vs eager sets)"),
+            row(self.lazy[kind].figure, self.lazy_attrs[kind].figure, sizing_mode=sm),
+            self.notes[kind],
+            sizing_mode=sm,
         )  # fmt: skip
 
     def layout(self):

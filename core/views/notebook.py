@@ -23,15 +23,17 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from slimgraph.instrument.records import PHASES
-from slimgraph.views.figures import KIND_COLORS
+from slimgraph.views.palette import ENGINE_COLORS, categorical, mix
 
-#: Colours per scheduler label (the dashboard's: stock red, slim blue).
-COLORS = {**KIND_COLORS, "slim (eager)": "#9ecae1", "slim (lazy)": KIND_COLORS["slim"]}
-_FALLBACK = ("#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+#: Colours per scheduler label (the dashboard's engine colours; slim's eager
+#: containers a tint of slim's).
+COLORS = {**ENGINE_COLORS, "slim (eager)": mix(ENGINE_COLORS["slim"], 0.55),
+          "slim (lazy)": ENGINE_COLORS["slim"]}  # fmt: skip
 
 
 def color(label: str, i: int = 0) -> str:
-    return COLORS.get(label, _FALLBACK[i % len(_FALLBACK)])
+    """A scheduler label's colour; other labels take greys (never a phase's colour)."""
+    return COLORS.get(label, ("#444444", "#888888", "#BBBBBB")[i % 3])
 
 
 # -- waiting for a submission ---------------------------------------------------
@@ -136,7 +138,6 @@ def tree_figure(frame: pd.DataFrame, title: str = "scheduler state, bytes per ta
                 min_bytes: float = 1.0):
     """Stacked bars: one bar per scheduler, one segment per top-level node."""
     from bokeh.models import ColumnDataSource, HoverTool
-    from bokeh.palettes import Category20
     from bokeh.plotting import figure
 
     cols = [c for c in frame.columns if c.endswith(" B/task")]
@@ -147,11 +148,11 @@ def tree_figure(frame: pd.DataFrame, title: str = "scheduler state, bytes per ta
     data = {"scheduler": labels}
     for n in nodes:
         data[n] = [float(body.loc[n, c]) for c in cols]
-    palette = Category20[20]
+    palette = categorical(len(nodes))
     fig = figure(x_range=labels, height=420, width=760, title=title,
                  y_axis_label="bytes per task", toolbar_location=None, tools="")
     rs = fig.vbar_stack(nodes, x="scheduler", width=0.6, source=ColumnDataSource(data),
-                        color=[palette[i % 20] for i in range(len(nodes))],
+                        color=palette,
                         legend_label=nodes)
     for r, n in zip(rs, nodes):
         fig.add_tools(HoverTool(renderers=[r], tooltips=[("node", n), ("B/task", f"@{{{n}}}{{0,0}}")]))

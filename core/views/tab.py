@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from functools import partial
 from typing import Any, Iterator
 
@@ -62,6 +63,21 @@ INDIVIDUAL = {
 }
 REFRESH_MS = 1000
 
+#: scheduler -> the :class:`~slimgraph.views.refresher.SeriesLog` all its
+#: pages share: a page opened later draws what was measured so far, and the
+#: pages share one walk of the scheduler
+_logs: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def series_log(scheduler):
+    """The series measured on ``scheduler`` for its pages (made on first use)."""
+    from slimgraph.views.refresher import SeriesLog
+
+    log = _logs.get(scheduler)
+    if log is None:
+        log = _logs[scheduler] = SeriesLog()
+    return log
+
 
 # -- the pages ------------------------------------------------------------------
 def _attach(scheduler, doc, views):
@@ -71,7 +87,8 @@ def _attach(scheduler, doc, views):
     # a stock scheduler gets its phases recorded once someone looks (as the
     # dashboard's own pages, this runs on the scheduler's loop)
     get_extension(scheduler).install()
-    refresher = Refresher(views, {feed.kind: feed}, doc)
+    refresher = Refresher(views, {feed.kind: feed}, doc, log=series_log(scheduler))
+    refresher.show_log(now=True)  # history on open, in the document before it is sent
     doc.add_periodic_callback(refresher.tick, REFRESH_MS)
 
     def on_destroy(session_context):
@@ -89,13 +106,13 @@ def slimgraph_doc(scheduler, extra, doc):
 
     try:
         kind = scheduler_kind(scheduler)
-        views = Views(kinds=(kind,), width=640)
+        views = Views(kinds=(kind,), sizing_mode="stretch_width")
         views.status.text = (
             f"<b>slimgraph</b>: {kind} scheduler; phases, memory and lazy containers, "
             f"refreshed every {REFRESH_MS // 1000} s."
         )
         _attach(scheduler, doc, views)
-        doc.add_root(views.layout())
+        doc.add_root(views.page_layout())
         doc.title = "Dask: slimgraph"
         doc.template = env.get_template("simple.html")
         doc.template_variables.update(extra)
@@ -111,7 +128,7 @@ def individual_slimgraph_doc(which: str, scheduler, extra, doc):
 
     from slimgraph.views.figures import Views
 
-    views = Views(kinds=(scheduler_kind(scheduler),), sizing_mode="stretch_width")
+    views = Views(kinds=(scheduler_kind(scheduler),), sizing_mode="stretch_both")
     _attach(scheduler, doc, views)
     doc.add_root(getattr(views, which)())
     doc.title = f"Dask: slimgraph {which.split('_')[0]}"

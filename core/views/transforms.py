@@ -14,6 +14,7 @@ from typing import Any
 
 from slimgraph.instrument.memory import fmt_bytes  # noqa: F401  (the package's one formatter)
 from slimgraph.instrument.records import PHASES
+from slimgraph.views.palette import engine_tint
 
 #: What a timing bar stacks: the phases, then "other" (the rest of total_s
 #: that the stock recorder attributes to no phase).
@@ -49,6 +50,26 @@ def empty_timing() -> dict[str, list]:
     return {c: [] for c in cols}
 
 
+#: Columns of the RSS marks: each update_graph's RSS before and after it.
+RSS_MARK_COLUMNS = ("time", "mb", "kind", "what", "color")
+
+
+def rss_marks(rec) -> list[dict]:
+    """The RSS ``rec`` measured before and after its update_graph, as marks
+    on the RSS chart (the history a page shows when opened late)."""
+    from slimgraph.views.palette import engine_color
+
+    out = []
+    start_ms = float(rec.start) * 1000
+    for when, value, what in ((start_ms, rec.rss_before, "before"),
+                              (start_ms + float(rec.total_s) * 1000, rec.rss_after, "after")):  # fmt: skip
+        if value:
+            out.append({"time": when, "mb": value / 2**20, "kind": str(rec.scheduler),
+                        "what": f"{what} update_graph #{rec.submission_id} ({rec.tasks:,} tasks)",
+                        "color": engine_color(str(rec.scheduler))})  # fmt: skip
+    return out
+
+
 # -- memory tree --------------------------------------------------------------
 def tree_rows(tree) -> list[dict]:
     """A :class:`MemoryTree` as rows (path, parent, name, bytes, count,
@@ -68,10 +89,9 @@ def tree_rows(tree) -> list[dict]:
     return rows
 
 
-_TREE_COLORS = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-)  # fmt: skip
+
+#: The icicle's root (the whole state), neutral.
+ROOT_COLOR = "#D9D9D9"
 
 TREE_COLUMNS = (
     "x0", "x1", "y0", "y1", "name", "path", "bytes", "count",
@@ -79,13 +99,16 @@ TREE_COLUMNS = (
 )  # fmt: skip
 
 
-def icicle(rows: list[dict], max_depth: int = 6, min_fraction: float = 0.002) -> dict:
-    """Lay a memory tree out as an icicle: x is the share of bytes, y the depth.
+def icicle(rows: list[dict], max_depth: int = 6, min_fraction: float = 0.002,
+           kind: str = "") -> dict:
+    """Lay a memory tree out as an icicle: x is bytes, y the depth.
 
-    ``rows`` are :func:`tree_rows`. Children are placed left to right inside
+    ``rows`` are :func:`tree_rows`. The roots span 0 to their total bytes
+    (so two trees drawn on one x range compare by width). Children are placed left to right inside
     their parent's span, each as wide as its share of the parent's bytes;
     nodes narrower than ``min_fraction`` of the total, or deeper than
-    ``max_depth``, are not drawn.
+    ``max_depth``, are not drawn. Branches are tints of ``kind``'s engine
+    colour (:func:`slimgraph.views.palette.engine_tint`).
     """
     out: dict[str, list] = {c: [] for c in TREE_COLUMNS}
     if not rows:
@@ -133,29 +156,56 @@ def icicle(rows: list[dict], max_depth: int = 6, min_fraction: float = 0.002) ->
         # One root ("state"): draw it grey and colour its branches instead.
         root = ranked[0]
         b = float(root["bytes"])
-        place(root, 0.0, 1.0, 0, "#bdbdbd", recurse=False)
+        place(root, 0.0, 1.0, 0, ROOT_COLOR, recurse=False)
         kids = sorted(children.get(str(root["path"]), []), key=lambda r: -float(r["bytes"]))
         for i, kid in enumerate(kids):
             w = max(float(kid["bytes"]), 0.0) / (b or 1.0)
             w = min(w, 1.0 - x)
-            place(kid, x, x + w, 1, _TREE_COLORS[i % len(_TREE_COLORS)])
+            place(kid, x, x + w, 1, engine_tint(kind, i))
             x += w
-        return out
+        return _in_bytes(out, b)
     for i, r in enumerate(ranked):
         w = max(float(r["bytes"]), 0.0) / total
-        place(r, x, x + w, 0, _TREE_COLORS[i % len(_TREE_COLORS)])
+        place(r, x, x + w, 0, engine_tint(kind, i))
         x += w
+    return _in_bytes(out, total)
+
+
+#: How many 8pt characters fit across a whole icicle (its narrowest, ~500 px).
+ICICLE_CHARS = 75
+
+
+def fit_label(name: str, share: float, chars: int = ICICLE_CHARS) -> str:
+    """``name`` as it fits a box ``share`` of the chart wide: whole, cut
+    with an ellipsis, or nothing (never running into the next box)."""
+    room = int(share * chars) - 1
+    if room >= len(name):
+        return name
+    return name[: room - 1] + "\u2026" if room >= 4 else ""
+
+
+def short_count(n: float) -> str:
+    """1234 -> '1.2k', 2_500_000 -> '2.5M' (tick labels)."""
+    for div, unit in ((1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.1f}".rstrip("0").rstrip(".") + unit
+    return f"{n:.0f}"
+
+
+def _in_bytes(out: dict, total: float) -> dict:
+    out["x0"] = [x * total for x in out["x0"]]
+    out["x1"] = [x * total for x in out["x1"]]
     return out
 
 
 # -- lazy containers ------------------------------------------------------------
 #: Columns of the lazy-container time series (one point per census).
-LAZY_SERIES_COLUMNS = ("time", "held_mb", "eager_mb", "saved_mb", "allocated",
+LAZY_SERIES_COLUMNS = ("time", "held_mb", "eager_mb", "saved_mb", "saved_top_mb", "allocated",
                        "not_allocated", "empty_allocated", "shared")  # fmt: skip
 #: Columns of the per-attribute bars (one row per container attribute).
 LAZY_ATTR_COLUMNS = (
     "attribute", "allocated", "empty_allocated", "not_allocated",
-    "shared", "held_bytes", "eager_bytes", "saved_bytes", "held_h", "saved_h",
+    "shared", "held_bytes", "eager_bytes", "saved_bytes", "saved_drawn", "held_h", "saved_h",
 )  # fmt: skip
 
 
@@ -178,6 +228,7 @@ def lazy_summary(census) -> tuple[dict, dict]:
         attrs["held_bytes"].append(float(a.held_bytes))
         attrs["eager_bytes"].append(float(a.eager_bytes))
         attrs["saved_bytes"].append(float(a.saved_bytes))
+        attrs["saved_drawn"].append(max(float(a.saved_bytes), 0.0))  # a bar can't be negative
         attrs["held_h"].append(fmt_bytes(a.held_bytes))
         attrs["saved_h"].append(fmt_bytes(a.saved_bytes))
         tot["allocated"] += a.allocated
@@ -191,6 +242,8 @@ def lazy_summary(census) -> tuple[dict, dict]:
         "held_mb": held / 2**20,
         "eager_mb": eager / 2**20,
         "saved_mb": max(sum(attrs["saved_bytes"]), 0.0) / 2**20,
+        # the top of the "saved" band: no band where eager sets would hold less
+        "saved_top_mb": max(eager, held) / 2**20,
         **tot,
     }
     return point, attrs
