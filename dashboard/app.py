@@ -124,8 +124,10 @@ class App:
             self.mgr.start_in_background()
         self.poll = poller or shared_poller(self.mgr)
         self.kinds = self.mgr.kinds()
-        self.views = Views(kinds=self.kinds, sizing_mode="stretch_width")
-        self.rss = RssView(self.kinds)
+        #: the Bokeh figures: built after the page has loaded (``defer_load``),
+        #: since building ~60 Bokeh models takes most of a page load
+        self.views: Views | None = None
+        self.rss: RssView | None = None
         self._seen = dict.fromkeys(self.kinds, 0)
         self._rss_seq = dict.fromkeys(self.kinds, 0)
         self._rss_last = dict.fromkeys(self.kinds, 0.0)
@@ -136,7 +138,6 @@ class App:
         self._shown_job: tuple | None = None
         self._history_key: tuple | None = None
         self._build_widgets()
-        self._style_figures()
         self.layout = self._layout()
 
     # -- widgets --------------------------------------------------------------
@@ -190,6 +191,11 @@ class App:
                                            label="Download the job history (CSV)", embed=False,
                                            button_type="default")  # fmt: skip
 
+    def _build_figures(self) -> None:
+        self.views = Views(kinds=self.kinds, sizing_mode="stretch_width")
+        self.rss = RssView(self.kinds)
+        self._style_figures()
+
     def _style_figures(self) -> None:
         from bokeh.models import FixedTicker
 
@@ -217,24 +223,20 @@ class App:
             self.ingest_only, self.memray, pn.Row(self.submit, self.cancel), self.progress,
             self.job_status, self.downloads, self.engine_status, sizing_mode="stretch_width",
         )  # fmt: skip
-        from bokeh.layouts import row
-
-        def brow(figs):
-            return pn.pane.Bokeh(row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width")
-
         self.cards = [
             pn.Card(self.summary, title="Latest job: stock beside slim", sizing_mode="stretch_width",
                     collapsible=False),  # fmt: skip
             pn.Card(self.history, self.csv, title="Job history", sizing_mode="stretch_width"),
-            pn.Card(brow([self.views.timing[k].figure for k in self.kinds]),
-                    title="update_graph phases per job", sizing_mode="stretch_width"),  # fmt: skip
-            pn.Card(brow([self.views.memory[k].figure for k in self.kinds]),
-                    pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
-                    title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip
-            pn.Card(brow([self.views.lazy[k].figure for k in self.kinds]),
-                    brow([self.views.lazy_attrs[k].figure for k in self.kinds]),
-                    title="Lazy containers", sizing_mode="stretch_width"),  # fmt: skip
         ]
+        if self.notebook:
+            self.cards += self._plot_cards()
+        else:
+            # built once the page is up: the launcher answers at once
+            def plots():
+                return self._plot_cards_column()
+
+            self.cards.append(pn.panel(plots, defer_load=True,
+                                       loading_indicator=True, sizing_mode="stretch_width"))  # fmt: skip
         self.main = pn.Column(self.engine_banner(), *self.cards, sizing_mode="stretch_width")
         if self.notebook:
             return pn.Row(pn.Column(pn.pane.HTML("<h3>Workload launcher</h3>"), self.launcher, width=300),
@@ -245,6 +247,30 @@ class App:
         tmpl.sidebar.append(self.launcher)
         tmpl.main.append(self.main)
         return tmpl
+
+    def _plot_cards(self) -> list:
+        from bokeh.layouts import row
+
+        self._build_figures()
+
+        def brow(figs):
+            return pn.pane.Bokeh(row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+
+        cards = [
+            pn.Card(brow([self.views.timing[k].figure for k in self.kinds]),
+                    title="update_graph phases per job", sizing_mode="stretch_width"),  # fmt: skip
+            pn.Card(brow([self.views.memory[k].figure for k in self.kinds]),
+                    pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
+                    title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip
+            pn.Card(brow([self.views.lazy[k].figure for k in self.kinds]),
+                    brow([self.views.lazy_attrs[k].figure for k in self.kinds]),
+                    title="Lazy containers", sizing_mode="stretch_width"),  # fmt: skip
+        ]
+        self._render_plots()
+        return cards
+
+    def _plot_cards_column(self):
+        return pn.Column(*self._plot_cards(), sizing_mode="stretch_width")
 
     def engine_banner(self):
         self.banner = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["sg-banner"])
@@ -369,6 +395,8 @@ class App:
             self.history.value = history_frame(self.poll)
 
     def _render_plots(self) -> None:
+        if self.views is None:
+            return
         labels = dict(self.poll.book.labels)
         trees = {}
         for k in self.kinds:
