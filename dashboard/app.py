@@ -333,6 +333,8 @@ class App:
             status = "not available" if e.status == "unavailable" else e.status
             color = ENGINE_COLORS.get(kind, "#333")
             bits = [f"<b style='color:{color}'>{kind}</b>: <span class='sg-engine-state'>{status}</span>"]
+            if e.address:
+                bits.append(f"<code class='sg-address' data-kind='{kind}'>{e.address}</code>")
             if e.pid:
                 bits.append(f"pid {e.pid}")
             if snap is not None and snap.rss:

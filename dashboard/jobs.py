@@ -97,7 +97,12 @@ class Job:
 
     @property
     def label(self) -> str:
-        return f"job {self.id}: {self.workload} {workloads_size(self.tasks)}"
+        return f"job {self.id} ({self.workload} {workloads_size(self.tasks)})"
+
+    @property
+    def axis_label(self) -> str:
+        """How the charts label this job's bars."""
+        return f"job {self.id}\n{self.workload} {workloads_size(self.tasks)}"
 
     @property
     def settings(self) -> str:
@@ -194,7 +199,7 @@ class Job:
         self._say(kind, "building", f"building the {self.workload} graph")
         obj = self.build()
         if self.poller is not None:
-            self.poller.book.expect(self.id, kind, c.id, after_id, self.label)
+            self.poller.book.expect(self.id, kind, c.id, after_id, self.axis_label)
         self.submitted_at[kind] = time.monotonic()
         self._say(kind, "ingesting", "submitted; update_graph running")
         fut = c.compute(obj)

@@ -38,7 +38,8 @@ def engine_figures(rec: Any, measured: dict | None = None) -> dict:
         out["longest_block_s"] = rec.longest_block_s
         if rec.rss_before is not None and rec.rss_after is not None and tasks:
             out["rss_per_task"] = (rec.rss_after - rec.rss_before) / tasks
-        out["ingestion"] = rec.ingestion or "-"
+        # stock records say nothing: stock ingests on its event loop, in one go
+        out["ingestion"] = rec.ingestion or "synchronous (stock: on the event loop)"
         out["record_status"] = rec.status
     if m.get("state_bytes") is not None and m.get("state_tasks"):
         out["state_per_task"] = m["state_bytes"] / m["state_tasks"]
@@ -105,7 +106,9 @@ def strip_html(job: Any, figures: dict[str, dict], kinds: tuple[str, ...]) -> st
             dv = "" if v is None else repr(float(v))
             cells.append(f"<td class='sg-fig' data-kind='{k}' data-key='{key}' data-value='{dv}'>"
                          f"{fmt(v, unit)}</td>")  # fmt: skip
-        if both:
+        if both and key == "lazy_saved_bytes":
+            cells.append("<td class='sg-ratio' data-key='lazy_saved_bytes'></td>")
+        elif both:
             r = ratio((figures.get("stock") or {}).get(key), (figures.get("slim") or {}).get(key))
             cells.append(f"<td class='sg-ratio' data-key='{key}'>{'-' if r is None else f'{r:,.1f}x'}</td>")
         rows.append(f"<tr><th scope='row'>{label}</th>{''.join(cells)}</tr>")
