@@ -42,6 +42,10 @@ from slimgraph.views.transforms import timing_row
 
 logger = logging.getLogger(__name__)
 
+OPT_LAZY = "lazy containers (slimgraph.lazy-containers)"
+OPT_INGEST = "ingest only (release after update_graph, no compute)"
+OPT_MEMRAY = "memray capture of the submission"
+
 REFRESH_MS = int(os.environ.get("SLIMGRAPH_DASHBOARD_REFRESH_MS", 500))
 
 #: Every job of the process, oldest first (every session sees them).
@@ -156,10 +160,12 @@ class App:
             label="Scheduler", options=["stock", "slim", "both"], value="both" if slim_ok else "stock",
             visible=not remote, sizing_mode="stretch_width",
         )  # fmt: skip
-        self.lazy = pn.widgets.Checkbox(label="lazy containers (slimgraph.lazy-containers)", value=True)
-        self.ingest_only = pn.widgets.Checkbox(label="ingest only (release after update_graph, no compute)",
-                                               value=False)  # fmt: skip
-        self.memray = pn.widgets.Checkbox(label="memray capture of the submission", value=False)
+        # one group: each box is wrapped in a <label>, so every box has an
+        # accessible name (Panel's single Checkbox renders an unlabeled input)
+        self.options = pn.widgets.CheckBoxGroup(
+            name="Submission options", options=[OPT_LAZY, OPT_INGEST, OPT_MEMRAY], value=[OPT_LAZY],
+            inline=False, sizing_mode="stretch_width",
+        )  # fmt: skip
         self.submit = pn.widgets.Button(label="Submit", button_type="primary")
         self.cancel = pn.widgets.Button(label="Cancel", disabled=True)
         self.submit.on_click(self._on_submit)
@@ -185,8 +191,8 @@ class App:
             sizing_mode="stretch_width", stylesheets=[summary.SUMMARY_CSS],
         )  # fmt: skip
         self.history = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False,
-                                            sizing_mode="stretch_width", height=220,
-                                            name="job history")  # fmt: skip
+                                            sizing_mode="stretch_width", pagination="local",
+                                            page_size=10, frozen_columns=["job"], name="job history")  # fmt: skip
         self.csv = pn.widgets.FileDownload(callback=self._history_csv, filename="slimgraph-jobs.csv",
                                            label="Download the job history (CSV)", embed=False,
                                            button_type="default")  # fmt: skip
@@ -219,8 +225,10 @@ class App:
 
     def _layout(self):
         self.launcher = pn.Column(
-            self.mode_note, self.workload, self.size, self.tasks, self.kind, self.lazy,
-            self.ingest_only, self.memray, pn.Row(self.submit, self.cancel), self.progress,
+            self.mode_note, self.workload, self.size, self.tasks,
+            pn.pane.HTML("<div style='font-size:13px'>Scheduler (engine)</div>", margin=(5, 10, 0, 10),
+                         visible=not self.mgr.remote),
+            self.kind, self.options, pn.Row(self.submit, self.cancel), self.progress,
             self.job_status, self.downloads, self.engine_status, sizing_mode="stretch_width",
         )  # fmt: skip
         self.cards = [
@@ -308,8 +316,9 @@ class App:
             kinds = (self.kinds[0],)
         try:
             tasks = self._parse_tasks()
-            job = Job(self.mgr, self.workload.value, tasks, kinds, lazy=self.lazy.value,
-                      memray=self.memray.value, ingest_only=self.ingest_only.value, poller=self.poll)  # fmt: skip
+            job = Job(self.mgr, self.workload.value, tasks, kinds, lazy=OPT_LAZY in self.options.value,
+                      memray=OPT_MEMRAY in self.options.value, ingest_only=OPT_INGEST in self.options.value,
+                      poller=self.poll)  # fmt: skip
         except ValueError as e:
             self.job_status.object = f"<b class='sg-error'>Cannot submit</b>: {e}"
             return None
@@ -394,7 +403,12 @@ class App:
                      tuple(self.poll.record_of(k, j.id) is not None for k in j.kinds)) for j in js)  # fmt: skip
         if key != self._history_key:
             self._history_key = key
-            self.history.value = history_frame(self.poll)
+            # shown rounded to 4 significant digits; the CSV has every digit
+            df = history_frame(self.poll)
+            for col in df.columns:
+                if df[col].dtype.kind == "f":
+                    df[col] = df[col].map(lambda v: float(f"{v:.4g}") if pd.notna(v) else v)
+            self.history.value = df
 
     def _render_plots(self) -> None:
         if self.views is None:
