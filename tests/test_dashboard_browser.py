@@ -128,7 +128,7 @@ def web(chromium, request):
 
 def shot(page, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True, timeout=120_000)
 
 
 SOURCE_JS = """(name) => {
