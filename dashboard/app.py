@@ -42,9 +42,9 @@ from slimgraph.views.transforms import timing_row
 
 logger = logging.getLogger(__name__)
 
-OPT_LAZY = "lazy containers (slimgraph.lazy-containers)"
-OPT_INGEST = "ingest only (release after update_graph, no compute)"
-OPT_MEMRAY = "memray capture of the submission"
+OPT_LAZY = "lazy containers"
+OPT_INGEST = "ingest only (no compute)"
+OPT_MEMRAY = "memray capture"
 
 REFRESH_MS = int(os.environ.get("SLIMGRAPH_DASHBOARD_REFRESH_MS", 500))
 
@@ -184,6 +184,9 @@ class App:
         else:
             note = ("Each engine is a scheduler process of its own with its workers, "
                     "started by this app.")  # fmt: skip
+        note += ("<br>Options: <i>lazy containers</i> = the slimgraph.lazy-containers setting; "
+                 "<i>ingest only</i> releases the graph after update_graph (no compute); "
+                 "<i>memray</i> captures the scheduler's update_graph (flamegraph download).")
         self.mode_note = pn.pane.HTML(f"<small>{note}</small>", sizing_mode="stretch_width")
         self.summary = pn.pane.HTML(
             "<div class='sg-summary'><i>No job yet: submit one from the launcher on the left. "
@@ -211,7 +214,7 @@ class App:
             fig.xaxis.ticker = FixedTicker(ticks=[])
             fig.xaxis.major_label_text_font_size = "8pt"
             fig.height = 280
-            fig.title.text = f"update_graph phases: {k} (one bar per job, seconds)"
+            fig.title.text = f"{k}: update_graph phases per job (s)"
             fig.toolbar_location = "right"
             mem = self.views.memory[k].figure
             mem.toolbar_location = "right"
