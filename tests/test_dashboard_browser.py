@@ -465,8 +465,8 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
         answers.append(_answer_s(page, p, str(workloads.SIZES[p])))
         other = page.context.new_page()
         t0 = time.monotonic()
-        other.goto(url)
-        other.get_by_role("button", name="Submit").wait_for(timeout=60_000)
+        other.goto(url, wait_until="domcontentloaded", timeout=120_000)
+        other.get_by_role("button", name="Submit").wait_for(timeout=120_000)
         loads.append(time.monotonic() - t0)
         other.close()
     shot(page, "launch-while-stock-ingests")
@@ -480,8 +480,8 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
     assert max(answers) < 10 and max(loads) < 30 and max(gaps) < 10
     # history on open: a new session shows the job's bar; reloads break nothing
     for _ in range(8):
-        page.reload()
-        page.get_by_role("button", name="Submit").wait_for(timeout=60_000)
+        page.reload(wait_until="domcontentloaded", timeout=120_000)
+        page.get_by_role("button", name="Submit").wait_for(timeout=120_000)
     wait_rows(page, "sg-timing-stock", "submission_id", 0, timeout=60)
     assert source(page, "sg-timing-stock")["tasks"][-1] > 100_000
     for kind, address in addresses(page, kinds).items():
