@@ -526,5 +526,5 @@ def build(notebook: bool = False, **kwargs) -> pn.viewable.Viewable:
 
 def show_in_notebook(**kwargs):
     """For a notebook cell: inline resources (works offline), then the app."""
-    pn.extension(inline=True)
+    pn.extension("tabulator", inline=True)
     return build(notebook=True, **kwargs)

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from slimgraph.dashboard import clusters
     from slimgraph.dashboard.app import build
 
-    pn.extension()
+    pn.extension("tabulator")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the engines on SIGTERM too
     mgr = clusters.manager()
     if not mgr.remote:
