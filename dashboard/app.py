@@ -1,155 +1,311 @@
-"""The Panel app: launcher on the left, live views on the right.
+"""The Panel app: launcher in the sidebar, the answer at a glance, live views.
 
 ``build()`` makes one session's app (``main.py`` calls it per browser
-session under ``panel serve``; a notebook cell calls it once). Data comes
-from the process-wide :mod:`slimgraph.dashboard.clusters` manager: embedded
-LocalClusters (stock and slim), or the scheduler named by
-``SLIMGRAPH_SCHEDULER``, each read through its feed. The figures and the refresher
-are :mod:`slimgraph.views`; this module adds the launcher and the layout.
+session under ``panel serve``; a notebook cell calls it once). The engines
+run in processes of their own (:mod:`slimgraph.dashboard.clusters`); one
+process-wide poller (:mod:`slimgraph.dashboard.poller`) reads them off
+Panel's event loop, and each session's periodic callback only copies what
+changed from the poller's snapshot into its own Bokeh sources, so a page
+load or a widget change never waits for a busy scheduler.
+
+What a session shows, top to bottom: the engines' state (running, busy
+ingesting and for how long), the latest job's summary strip (stock beside
+slim, ratios), the job history (CSV download), update_graph phases (bars
+labelled by job, both engines at the same slot), the memory trees (drawn to
+one byte scale across engines), RSS of each scheduler process (ingestions
+shaded), lazy containers.
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
 import tempfile
+import time
 
-# Import what the job and cluster threads will import, here, on the main
-# thread: a module being imported by another thread is seen half-built by
-# bokeh (``partially initialized module 'pandas'`` while streaming).
+# Import what the job threads will import, here, on the main thread: a module
+# being imported by another thread is seen half-built by bokeh.
 import dask.array  # noqa: F401
 import dask.bag  # noqa: F401
 import dask.dataframe  # noqa: F401
 import distributed  # noqa: F401
-import pandas  # noqa: F401
+import pandas as pd
 import panel as pn
 
 from slimgraph import workloads
-from slimgraph.dashboard import clusters
+from slimgraph.dashboard import clusters, summary
 from slimgraph.dashboard.jobs import Job
+from slimgraph.dashboard.poller import Poller, poller as shared_poller
+from slimgraph.dashboard.summary import ENGINE_COLORS
 from slimgraph.views.figures import Views
-from slimgraph.views.refresher import Refresher
+from slimgraph.views.transforms import timing_row
 
 logger = logging.getLogger(__name__)
 
-REFRESH_MS = int(os.environ.get("SLIMGRAPH_DASHBOARD_REFRESH_MS", 1000))
+OPT_LAZY = "lazy containers"
+OPT_INGEST = "ingest only (no compute)"
+OPT_MEMRAY = "memray capture"
 
-#: The job of the whole process (one at a time; every session sees it).
-_current_job: Job | None = None
+REFRESH_MS = int(os.environ.get("SLIMGRAPH_DASHBOARD_REFRESH_MS", 500))
+
+#: Every job of the process, oldest first (every session sees them).
+_jobs: list[Job] = []
 
 
 def current_job() -> Job | None:
-    return _current_job
+    return _jobs[-1] if _jobs else None
+
+
+def jobs() -> list[Job]:
+    return list(_jobs)
+
+
+def job_figures(poll: Poller, job: Job) -> dict[str, dict]:
+    """kind -> :func:`summary.engine_figures` of ``job``."""
+    return {k: summary.engine_figures(poll.record_of(k, job.id), job.results.get(k)) for k in job.kinds}
+
+
+def history_frame(poll: Poller) -> pd.DataFrame:
+    rows = [summary.history_row(j, job_figures(poll, j)) for j in jobs()]
+    return pd.DataFrame(rows)
 
 
 def _flamegraph_download(kind: str, html: str, job_id: int) -> pn.widgets.FileDownload:
-    """A download button for a flamegraph. ``embed=False``: the file goes to
-    the browser only when clicked (over the session's websocket or the
-    notebook comm), so the page stays light and no extra route is needed."""
+    """A download button for a flamegraph (sent only when clicked)."""
     name = f"slimgraph-memray-{kind}-job{job_id}.html"
     path = os.path.join(tempfile.mkdtemp(prefix="slimgraph-flamegraph-"), name)
     with open(path, "w", encoding="utf-8") as f:
         f.write(html)
     return pn.widgets.FileDownload(
         file=path, filename=name, embed=False, label=f"memray flamegraph ({kind}, job {job_id})",
-        css_classes=["sg-flamegraph"], width=280,
+        css_classes=["sg-flamegraph"], sizing_mode="stretch_width",
     )  # fmt: skip
+
+
+class RssView:
+    """RSS of each scheduler process (one named source per engine), ingestions shaded."""
+
+    def __init__(self, kinds: tuple[str, ...]):
+        from bokeh.models import ColumnDataSource, DataRange1d, HoverTool
+        from bokeh.plotting import figure
+
+        self.sources = {k: ColumnDataSource({"time": [], "mb": []}, name=f"sg-rss-{k}") for k in kinds}
+        self.shade = ColumnDataSource({"left": [], "right": [], "kind": [], "color": []}, name="sg-ingestions")
+        fig = figure(title="RSS of each scheduler process (shaded: update_graph running)",
+                     x_axis_type="datetime", y_axis_label="MiB", height=240, sizing_mode="stretch_width",
+                     y_range=DataRange1d(start=0), tools="xpan,xwheel_zoom,reset,save",
+                     toolbar_location="right")  # fmt: skip
+        fig.quad(left="left", right="right", bottom=0, top=1e9, source=self.shade,
+                 fill_color="color", fill_alpha=0.12, line_alpha=0)  # fmt: skip
+        for k in kinds:
+            fig.line("time", "mb", source=self.sources[k], color=ENGINE_COLORS.get(k, "black"),
+                     line_width=2, legend_label=f"{k} scheduler")  # fmt: skip
+        fig.legend.location = "top_left"
+        fig.y_range.only_visible = True
+        fig.y_range.renderers = [r for r in fig.renderers if r.glyph.__class__.__name__ == "Line"]
+        fig.xaxis.formatter = _time_formatter()
+        fig.xaxis.ticker.desired_num_ticks = 6
+        fig.add_tools(HoverTool(tooltips=[("MiB", "@mb{0.0}")], mode="vline",
+                                renderers=fig.y_range.renderers))  # fmt: skip
+        self.figure = fig
+
+
+def _time_formatter():
+    from bokeh.models import DatetimeTickFormatter
+
+    return DatetimeTickFormatter(seconds="%H:%M:%S", minsec="%H:%M:%S", minutes="%H:%M",
+                                 hourmin="%H:%M", hours="%H:%M")  # fmt: skip
 
 
 class App:
     def __init__(self, notebook: bool = False, manager: clusters.ClusterManager | None = None,
-                 start_clusters: bool = True):  # fmt: skip
+                 start_clusters: bool = True, poller: Poller | None = None):  # fmt: skip
         self.notebook = notebook
         self.mgr = manager or clusters.manager()
         if self.mgr.remote:
             self.mgr.get("remote")  # connect now: the views need the remote kind
         elif start_clusters:
             self.mgr.start_in_background()
-        kinds = self.mgr.kinds()
-        self.views = Views(kinds=kinds, width=520)
-        if not self.mgr.remote:
-            self.views.rss_fig.title.text = "app process RSS (the embedded schedulers run in it)"
-        self.doc = pn.state.curdoc
-        post = self._notebook_apply if notebook else None
-        self.refresher = Refresher(self.views, {}, self.doc, post=post)
-        self._shown_job: tuple[int, str] | None = None
+        self.poll = poller or shared_poller(self.mgr)
+        self.kinds = self.mgr.kinds()
+        #: the Bokeh figures: built after the page has loaded (``defer_load``),
+        #: since building ~60 Bokeh models takes most of a page load
+        self.views: Views | None = None
+        self.rss: RssView | None = None
+        self._seen = dict.fromkeys(self.kinds, 0)
+        self._rss_seq = dict.fromkeys(self.kinds, 0)
+        self._rss_last = dict.fromkeys(self.kinds, 0.0)
+        self._tree_seq = dict.fromkeys(self.kinds, -1)
+        self._lazy_seq = dict.fromkeys(self.kinds, 0)
+        self._lazy_last = dict.fromkeys(self.kinds, 0.0)
+        self._labels: dict[int, str] = {}
+        self._shown_job: tuple | None = None
+        self._history_key: tuple | None = None
         self._build_widgets()
         self.layout = self._layout()
 
     # -- widgets --------------------------------------------------------------
     def _build_widgets(self) -> None:
         remote = self.mgr.remote
-        kind_options = ["stock", "slim", "both"]
         slim_ok = self.mgr.available("slim")
-        self.workload = pn.widgets.Select(label="Workload", options=list(workloads.WORKLOADS), value="array")
-        # any positive task count; the presets only fill it in
-        self.size = pn.widgets.Select(label="Size preset", options=list(workloads.SIZES), value="10k")
-        self.tasks = pn.widgets.IntInput(label="Tasks (about; any positive number)",
-                                         value=workloads.SIZES["10k"], start=1, step=1000)
+        self.workload = pn.widgets.Select(label="Workload", options=list(workloads.WORKLOADS), value="array",
+                                          sizing_mode="stretch_width")  # fmt: skip
+        self.size = pn.widgets.Select(label="Size preset (fills in the task count)",
+                                      options=list(workloads.SIZES), value="10k",
+                                      sizing_mode="stretch_width")  # fmt: skip
+        self.tasks = pn.widgets.TextInput(label="Tasks (about; any positive whole number)",
+                                          value=str(workloads.SIZES["10k"]), sizing_mode="stretch_width")  # fmt: skip
         self.size.param.watch(self._on_preset, "value")
         self.kind = pn.widgets.RadioButtonGroup(
-            label="Scheduler", options=kind_options, value="stock", visible=not remote,
+            label="Scheduler", options=["stock", "slim", "both"], value="both" if slim_ok else "stock",
+            visible=not remote, sizing_mode="stretch_width",
         )  # fmt: skip
-        self.lazy = pn.widgets.Checkbox(label="lazy containers (slimgraph.lazy-containers)", value=True)
-        self.memray = pn.widgets.Checkbox(label="memray capture of this submission", value=False)
-        self.submit = pn.widgets.Button(label="Submit")
+        # one group: each box is wrapped in a <label>, so every box has an
+        # accessible name (Panel's single Checkbox renders an unlabeled input)
+        self.options = pn.widgets.CheckBoxGroup(
+            name="Submission options", options=[OPT_LAZY, OPT_INGEST, OPT_MEMRAY], value=[OPT_LAZY],
+            inline=False, sizing_mode="stretch_width",
+        )  # fmt: skip
+        self.submit = pn.widgets.Button(label="Submit", button_type="primary")
         self.cancel = pn.widgets.Button(label="Cancel", disabled=True)
         self.submit.on_click(self._on_submit)
         self.cancel.on_click(self._on_cancel)
-        self.progress = pn.indicators.Progress(value=0, max=100, width=260, active=False)
-        # Panes start non-empty: a pane going from "" to text gets its
-        # stylesheets recomputed, from the CDN in a notebook (offline: broken).
-        self.job_status = pn.pane.HTML("<small>no job yet</small>", width=280)
-        self.downloads = pn.Column(width=290)
-        self.cluster_status = pn.pane.HTML("<small>clusters: starting</small>", width=280)
+        self.progress = pn.indicators.Progress(value=0, max=100, active=False, sizing_mode="stretch_width",
+                                               name="computation progress")  # fmt: skip
+        self.job_status = pn.pane.HTML("<small>no job yet</small>", sizing_mode="stretch_width",
+                                       css_classes=["sg-job-status"])  # fmt: skip
+        self.downloads = pn.Column(sizing_mode="stretch_width")
+        self.engine_status = pn.pane.HTML("<small>engines: starting</small>", sizing_mode="stretch_width",
+                                          css_classes=["sg-engines"])  # fmt: skip
         if remote:
             note = f"Reading the scheduler at <code>{self.mgr.address}</code> (SLIMGRAPH_SCHEDULER)."
         elif not slim_ok:
-            note = ("<b>slim: not available</b> &mdash; "
-                    f"{self.mgr.entries['slim'].error}. Only stock runs.")  # fmt: skip
+            note = f"<b>slim: not available</b> &mdash; {self.mgr.entries['slim'].error}. Only stock runs."
         else:
-            note = "Embedded LocalClusters: one per scheduler kind, started by this app."
-        self.mode_note = pn.pane.HTML(f"<small>{note}</small>", width=280)
+            note = ("Each engine is a scheduler process of its own with its workers, "
+                    "started by this app.")  # fmt: skip
+        note += ("<br>Options: <i>lazy containers</i> = the slimgraph.lazy-containers setting; "
+                 "<i>ingest only</i> releases the graph after update_graph (no compute); "
+                 "<i>memray</i> captures the scheduler's update_graph (flamegraph download).")
+        self.mode_note = pn.pane.HTML(f"<small>{note}</small>", sizing_mode="stretch_width")
+        self.summary = pn.pane.HTML(
+            "<div class='sg-summary'><i>No job yet: submit one from the launcher on the left. "
+            "Its figures appear here, stock beside slim.</i></div>",
+            sizing_mode="stretch_width", stylesheets=[summary.SUMMARY_CSS],
+        )  # fmt: skip
+        self.history = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False,
+                                            sizing_mode="stretch_width", pagination="local",
+                                            page_size=10, frozen_columns=["job"], name="job history")  # fmt: skip
+        self.csv = pn.widgets.FileDownload(callback=self._history_csv, filename="slimgraph-jobs.csv",
+                                           label="Download the job history (CSV)", embed=False,
+                                           button_type="default")  # fmt: skip
+
+    def _build_figures(self) -> None:
+        self.views = Views(kinds=self.kinds, sizing_mode="stretch_width")
+        self.rss = RssView(self.kinds)
+        self._style_figures()
+
+    def _style_figures(self) -> None:
+        from bokeh.models import FixedTicker
+
+        for k in self.kinds:
+            fig = self.views.timing[k].figure
+            fig.xaxis.axis_label = "job"
+            fig.xaxis.ticker = FixedTicker(ticks=[])
+            fig.xaxis.major_label_text_font_size = "8pt"
+            fig.height = 280
+            fig.title.text = f"{k}: update_graph phases per job (s)"
+            fig.toolbar_location = "right"
+            mem = self.views.memory[k].figure
+            mem.toolbar_location = "right"
+            mem.title.text = f"scheduler memory by object: {k} (waiting for the scheduler...)"
+            for fig in (self.views.lazy[k].figure, self.views.lazy_attrs[k].figure):
+                fig.toolbar_location = "right"
+                fig.height = 220
+            self.views.lazy[k].figure.xaxis.ticker.desired_num_ticks = 5
+            self.views.lazy[k].figure.y_range.start = 0
+            self.views.lazy_attrs[k].figure.xaxis.axis_label = "tasks"
 
     def _layout(self):
-        launcher = pn.Column(
-            pn.pane.HTML("<h3>Workload launcher</h3>"),
-            self.mode_note,
-            self.workload,
-            self.size,
-            self.tasks,
-            self.kind,
-            self.lazy,
-            self.memray,
-            pn.Row(self.submit, self.cancel),
-            self.progress,
-            self.job_status,
-            self.downloads,
-            self.cluster_status,
-            width=300,
-        )
-        views = pn.Column(
-            pn.pane.Bokeh(self.views.status),
-            pn.pane.HTML("<h3>update_graph phases (one bar per submission)</h3>"),
-            pn.pane.Bokeh(self.views.timing_layout()),
-            pn.pane.HTML("<h3>Scheduler memory</h3>"),
-            pn.pane.Bokeh(self.views.memory_layout()),
-            pn.pane.HTML("<h3>Lazy containers</h3>"),
-            pn.pane.Bokeh(self.views.lazy_layout()),
-        )
-        return pn.Column(
-            pn.pane.HTML("<h2>slimgraph dashboard</h2>"),
-            pn.Row(launcher, views),
-        )
+        self.launcher = pn.Column(
+            self.mode_note, self.workload, self.size, self.tasks,
+            pn.pane.HTML("<div style='font-size:13px'>Scheduler (engine)</div>", margin=(5, 10, 0, 10),
+                         visible=not self.mgr.remote),
+            self.kind, self.options, pn.Row(self.submit, self.cancel), self.progress,
+            self.job_status, self.downloads, self.engine_status, sizing_mode="stretch_width",
+        )  # fmt: skip
+        self.cards = [
+            pn.Card(self.summary, title="Latest job: stock beside slim", sizing_mode="stretch_width",
+                    collapsible=False),  # fmt: skip
+            pn.Card(self.history, self.csv, title="Job history", sizing_mode="stretch_width"),
+        ]
+        if self.notebook:
+            self.cards += self._plot_cards()
+        else:
+            # built once the page is up: the launcher answers at once
+            def plots():
+                return self._plot_cards_column()
+
+            self.cards.append(pn.panel(plots, defer_load=True,
+                                       loading_indicator=True, sizing_mode="stretch_width"))  # fmt: skip
+        self.main = pn.Column(self.engine_banner(), *self.cards, sizing_mode="stretch_width")
+        if self.notebook:
+            return pn.Row(pn.Column(pn.pane.HTML("<h3>Workload launcher</h3>"), self.launcher, width=300),
+                          self.main, sizing_mode="stretch_width")  # fmt: skip
+        tmpl = pn.template.BootstrapTemplate(title="slimgraph dashboard", sidebar_width=320,
+                                             header_background="#2f3e4e")  # fmt: skip
+        tmpl.sidebar.append(pn.pane.HTML("<h4>Workload launcher</h4>"))
+        tmpl.sidebar.append(self.launcher)
+        tmpl.main.append(self.main)
+        return tmpl
+
+    def _plot_cards(self) -> list:
+        from bokeh.layouts import row
+
+        self._build_figures()
+
+        def brow(figs):
+            return pn.pane.Bokeh(row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+
+        cards = [
+            pn.Card(brow([self.views.timing[k].figure for k in self.kinds]),
+                    title="update_graph phases per job", sizing_mode="stretch_width"),  # fmt: skip
+            pn.Card(brow([self.views.memory[k].figure for k in self.kinds]),
+                    pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
+                    title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip
+            pn.Card(brow([self.views.lazy[k].figure for k in self.kinds]),
+                    brow([self.views.lazy_attrs[k].figure for k in self.kinds]),
+                    title="Lazy containers", sizing_mode="stretch_width"),  # fmt: skip
+        ]
+        self._render_plots()
+        return cards
+
+    def _plot_cards_column(self):
+        return pn.Column(*self._plot_cards(), sizing_mode="stretch_width")
+
+    def engine_banner(self):
+        self.banner = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["sg-banner"])
+        return self.banner
 
     # -- callbacks ------------------------------------------------------------
     def _on_preset(self, event) -> None:
-        self.tasks.value = workloads.SIZES[event.new]
+        self.tasks.value = str(workloads.SIZES[event.new])
+
+    def _history_csv(self):
+        return io.StringIO(history_frame(self.poll).to_csv(index=False))
+
+    def _parse_tasks(self) -> int:
+        text = str(self.tasks.value).strip().replace(",", "").replace("_", "")
+        try:
+            n = int(text)
+        except ValueError:
+            raise ValueError(f"the task count must be a positive whole number, not {self.tasks.value!r}") from None
+        return workloads.validate_tasks(n)
 
     def _on_submit(self, event=None) -> Job | None:
-        global _current_job
-        job = _current_job
+        job = current_job()
         if job is not None and job.running:
-            self.job_status.object = "<b>A job is already running</b>; cancel it first."
+            self.job_status.object = "<b>A job is already running</b>; cancel it or wait for it to end."
             return None
         if self.mgr.remote:
             kinds = ("remote",)
@@ -159,68 +315,168 @@ class App:
         if not kinds:
             self.job_status.object = "<b>slim: not available</b> in this checkout."
             return None
+        if self.mgr.remote:
+            kinds = (self.kinds[0],)
         try:
-            job = Job(self.mgr, self.workload.value, self.tasks.value, kinds,
-                      lazy=self.lazy.value, memray=self.memray.value)  # fmt: skip
+            tasks = self._parse_tasks()
+            job = Job(self.mgr, self.workload.value, tasks, kinds, lazy=OPT_LAZY in self.options.value,
+                      memray=OPT_MEMRAY in self.options.value, ingest_only=OPT_INGEST in self.options.value,
+                      poller=self.poll)  # fmt: skip
         except ValueError as e:
-            self.job_status.object = f"<b>Cannot submit</b>: {e}"
+            self.job_status.object = f"<b class='sg-error'>Cannot submit</b>: {e}"
             return None
-        _current_job = job.start()
+        _jobs.append(job.start())
         self._render_job()
         return job
 
     def _on_cancel(self, event=None) -> None:
-        job = _current_job
+        job = current_job()
         if job is not None and job.running:
             job.cancel()
 
-    # -- refresh ----------------------------------------------------------------
-    def _sync_feeds(self) -> None:
+    # -- refresh: copy what changed from the poller's snapshot ------------------
+    def _render_engines(self) -> None:
+        now = time.monotonic()
+        lines = []
+        job = current_job()
         for key, e in self.mgr.entries.items():
             kind = e.kind if key == "remote" else key
-            if e.feed is not None and kind in self.views.kinds and self.refresher.feeds.get(kind) is not e.feed:
-                self.refresher.set_feed(kind, e.feed)
-
-    def _render_clusters(self) -> None:
-        lines = []
-        for key, e in self.mgr.entries.items():
-            label = e.kind if key == "remote" else key
-            link = (f' &middot; <a href="{e.dashboard_link}" target="_blank">dask dashboard</a>'
-                    if e.dashboard_link else "")  # fmt: skip
-            err = f"<br><small>{e.error}</small>" if e.error and e.status != "unavailable" else ""
+            snap = self.poll.engines.get(kind)
             status = "not available" if e.status == "unavailable" else e.status
-            lines.append(f"<b>{label}</b>: {status}{link}{err}")
-        html = "<small>" + "<br>".join(lines) + "</small>"
-        if self.cluster_status.object != html:
-            self.cluster_status.object = html
+            color = ENGINE_COLORS.get(kind, "#333")
+            bits = [f"<b style='color:{color}'>{kind}</b>: <span class='sg-engine-state'>{status}</span>"]
+            if e.address:
+                bits.append(f"<code class='sg-address' data-kind='{kind}'>{e.address}</code>")
+            if e.pid:
+                bits.append(f"pid {e.pid}")
+            if snap is not None and snap.rss:
+                bits.append(f"RSS {snap.rss[-1][1]:,.0f} MiB")
+            if snap is not None and snap.status:
+                bits.append(f"{snap.status.get('tasks', 0):,} tasks held")
+            if job is not None and kind in job.kinds and job.phases.get(kind) == "ingesting":
+                t0 = job.submitted_at.get(kind)
+                el = f"{now - t0:.0f} s" if t0 else ""
+                bits.append(f"<b>ingesting job {job.id}: update_graph running, {el}</b>")
+            busy = snap.busy_for(now) if snap is not None else 0.0
+            if busy >= 2:
+                bits.append(f"<i>its event loop has not answered for {busy:.0f} s (figures resume when it does)</i>")
+            if e.dashboard_link:
+                bits.append(f"<a href='{e.dashboard_link}' target='_blank'>{kind} dask dashboard</a>")
+            if e.error and e.status != "unavailable":
+                bits.append(f"<small>{e.error}</small>")
+            lines.append(" &middot; ".join(bits))
+        html = "<div style='font-size:13px'>" + "<br>".join(lines) + "</div>"
+        if self.banner.object != html:
+            self.banner.object = html
+        short = "<small>" + "<br>".join(
+            f"<b>{e.kind if k == 'remote' else k}</b>: {e.status}" for k, e in self.mgr.entries.items()
+        ) + "</small>"  # fmt: skip
+        if self.engine_status.object != short:
+            self.engine_status.object = short
 
     def _render_job(self) -> None:
-        job = _current_job
+        job = current_job()
         if job is None:
             return
         running = job.running
         self.cancel.disabled = not running
         self.submit.disabled = running
-        self.progress.active = running and job.phase == "submitting"
         done, total = job.progress
+        self.progress.active = running and not total
         self.progress.value = int(100 * done / total) if total else (100 if job.phase == "done" else 0)
-        text = (f"<b>job {job.id}</b> ({job.workload}, {job.tasks:,} tasks, "
-                f"{'+'.join(job.kinds)}, lazy {'on' if job.lazy else 'off'}): "
-                f"<span class='sg-phase'>{job.phase}</span><br><small>{job.message}</small>")  # fmt: skip
+        lines = "".join(f"<br><small>{k}: <span class='sg-phase-{k}'>{job.phases[k]}</span> &mdash; "
+                        f"{job.messages[k]}</small>" for k in job.kinds)  # fmt: skip
+        text = f"<b>{job.label}</b> ({job.settings}): <span class='sg-phase'>{job.phase}</span>{lines}"
         if self.job_status.object != text:
             self.job_status.object = text
+        figs = job_figures(self.poll, job)
+        strip = summary.strip_html(job, figs, job.kinds)
+        if self.summary.object != strip:
+            self.summary.object = strip
         key = (job.id, f"{sorted(job.flamegraphs)}{sorted(job.memray_errors)}")
         if key != self._shown_job:
             self._shown_job = key
             items = [_flamegraph_download(k, html, job.id) for k, html in job.flamegraphs.items()]
-            items += [pn.pane.HTML(f"<small>memray ({k}): {err}</small>", width=280)
-                      for k, err in job.memray_errors.items()]  # fmt: skip
+            items += [pn.pane.HTML(f"<small>memray ({k}): {err}</small>") for k, err in job.memray_errors.items()]
             self.downloads.objects = items
 
+    def _render_history(self) -> None:
+        js = jobs()
+        key = tuple((j.id, j.phase, tuple(sorted((k, tuple(sorted(map(str, r.items())))) for k, r in j.results.items())),
+                     tuple(self.poll.record_of(k, j.id) is not None for k in j.kinds)) for j in js)  # fmt: skip
+        if key != self._history_key:
+            self._history_key = key
+            # shown rounded to 4 significant digits; the CSV has every digit
+            df = history_frame(self.poll)
+            for col in df.columns:
+                if df[col].dtype.kind == "f":
+                    df[col] = df[col].map(lambda v: float(f"{v:.4g}") if pd.notna(v) else v)
+            self.history.value = df
+
+    def _render_plots(self) -> None:
+        if self.views is None:
+            return
+        labels = dict(self.poll.book.labels)
+        trees = {}
+        for k in self.kinds:
+            snap = self.poll.engines.get(k)
+            if snap is None:
+                continue
+            recs = list(snap.records)
+            if len(recs) > self._seen[k]:
+                new = recs[self._seen[k]:]
+                self._seen[k] = len(recs)
+                self.views.timing[k].append([timing_row(r, slot) for slot, r in new], 500)
+                self.rss.shade.stream({"left": [r.start * 1000 for _, r in new],
+                                       "right": [(r.start + r.total_s) * 1000 for _, r in new],
+                                       "kind": [k] * len(new),
+                                       "color": [ENGINE_COLORS.get(k, "grey")] * len(new)}, 200)  # fmt: skip
+            if snap.rss_seq != self._rss_seq[k]:
+                self._rss_seq[k] = snap.rss_seq
+                pts = [p for p in list(snap.rss) if p[0] > self._rss_last[k]]
+                if pts:
+                    self._rss_last[k] = pts[-1][0]
+                    self.rss.sources[k].stream({"time": [p[0] for p in pts], "mb": [p[1] for p in pts]}, 3000)
+            if snap.lazy_seq != self._lazy_seq[k]:
+                self._lazy_seq[k] = snap.lazy_seq
+                pts = [p for p in list(snap.lazy_points) if p["time"] > self._lazy_last[k]]
+                if pts:
+                    self._lazy_last[k] = pts[-1]["time"]
+                    self.views.lazy[k].source.stream({c: [p[c] for p in pts] for c in pts[0]}, 2000)
+                if snap.lazy_attrs is not None:
+                    self.views.lazy_attrs[k].show(snap.lazy_attrs)
+            if snap.tree is not None:
+                trees[k] = snap.tree
+        if trees and any(self._tree_seq[k] != self.poll.engines[k].tree_seq for k in trees):
+            biggest = max(t[3] for t in trees.values()) or 1
+            for k, (data, ntasks, sample, total) in trees.items():
+                self._tree_seq[k] = self.poll.engines[k].tree_seq
+                scale = total / biggest
+                d = dict(data)
+                d["x0"] = [x * scale for x in data["x0"]]
+                d["x1"] = [x * scale for x in data["x1"]]
+                d["label"] = [lab if (x1 - x0) * scale > 0.08 else "" for lab, x0, x1 in
+                              zip(data["label"], data["x0"], data["x1"])]  # fmt: skip
+                self.views.memory[k].show(d, ntasks, sample)
+                from slimgraph.instrument.memory import fmt_bytes
+
+                how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"
+                self.views.memory[k].figure.title.text = f"scheduler memory: {k}, {fmt_bytes(total)} ({how})"
+        if labels != self._labels:
+            self._labels = labels
+            for k in self.kinds:
+                ax = self.views.timing[k].figure.xaxis[0]
+                ax.ticker.ticks = sorted(labels)
+                ax.major_label_overrides = {int(s): lab for s, lab in labels.items()}
+
+    def _render(self) -> None:
+        self._render_engines()
+        self._render_job()
+        self._render_history()
+        self._render_plots()
+
     def _notebook_apply(self, fn=None) -> None:
-        """Apply changes in a notebook: hold the comm, make any stylesheet
-        Panel (re)computed point at inline CSS instead of the CDN (offline
-        notebooks cannot reach it), then push everything at once."""
+        """Apply changes in a notebook: inline CSS, then push everything at once."""
         from bokeh.models import UIElement
         from panel.io.notebook import block_comm, patch_inline_stylesheets, push_notebook
 
@@ -232,12 +488,7 @@ class App:
                     patch_inline_stylesheets(sub)
         push_notebook(self.layout)
 
-    def _render(self) -> None:
-        self._sync_feeds()
-        self._render_clusters()
-        self._render_job()
-
-    async def tick(self) -> None:
+    def tick(self) -> None:
         try:
             if self.notebook:
                 self._notebook_apply(self._render)
@@ -245,42 +496,35 @@ class App:
                 self._render()
         except Exception:  # noqa: BLE001
             logger.exception("dashboard tick")
-        await self.refresher.tick()
 
     def start(self) -> "App":
+        self.tick()
         cb = pn.state.add_periodic_callback(self.tick, period=REFRESH_MS)
         self._cb = cb
         if not self.notebook:
             try:
-                pn.state.on_session_destroyed(lambda ctx: (cb.stop(), self.refresher.stop()))
+                pn.state.on_session_destroyed(lambda ctx: cb.stop())
             except Exception:  # noqa: BLE001
                 pass
         return self
 
 
-def _favicon() -> str:
-    import base64
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "icon.svg")
-    with open(path, "rb") as f:
-        return "data:image/svg+xml;base64," + base64.b64encode(f.read()).decode("ascii")
+ICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "icon.svg")
 
 
 def build(notebook: bool = False, **kwargs) -> pn.viewable.Viewable:
     """One app (layout) with its refresh running; ``.servable()`` it or display it."""
-    doc = pn.state.curdoc
-    if not notebook and doc is not None:
-        # Panel links "./favicon.ico", which 404s under --prefix (as behind
-        # jupyter-server-proxy): inline the icon instead.
-        doc.template_variables["app_favicon"] = _favicon()
-        doc.template_variables["app_favicon_type"] = "image/svg+xml"
     app = App(notebook=notebook, **kwargs).start()
     layout = app.layout
+    if not notebook and isinstance(layout, pn.template.BaseTemplate):
+        # Panel links "./favicon.ico", which 404s under --prefix (as behind
+        # jupyter-server-proxy): the template embeds a local file instead.
+        layout.favicon = ICON
     layout._slimgraph_app = app  # keep a handle for tests and notebooks
     return layout
 
 
 def show_in_notebook(**kwargs):
     """For a notebook cell: inline resources (works offline), then the app."""
-    pn.extension(inline=True)
+    pn.extension("tabulator", inline=True)
     return build(notebook=True, **kwargs)

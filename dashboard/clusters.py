@@ -1,12 +1,27 @@
 """The schedulers the app submits to and reads: one process-wide manager.
 
-Embedded (default): one LocalCluster per scheduler kind, started on demand
-by the app, with ``processes=True`` workers (2 workers x 1 thread unless
-``SLIMGRAPH_WORKERS``/``SLIMGRAPH_THREADS`` say otherwise). Each scheduler runs
-in this process, on the cluster's own event-loop thread, so the app reads its
-state directly (:class:`slimgraph.instrument.feed.LocalFeed`) while its loop
-stays free of Panel's work; each gets the slimgraph tab in its own dashboard
-(:func:`slimgraph.views.tab.add_pages`).
+Embedded (default): per scheduler kind, a real scheduler *process*
+(``python -m distributed.cli.dask_scheduler``; slim with ``--preload
+slimgraph.distributed``, stock with ``--preload slimgraph.views.tab`` so its
+phases are recorded; both get the slimgraph tab in their own dashboard) and
+one ``dask worker`` process with ``SLIMGRAPH_WORKERS`` x ``SLIMGRAPH_THREADS``
+workers (2 x 1 by default), the way the client benchmark
+(:func:`slimgraph.bench.e2e.run_kind`) runs them. No scheduler runs in the
+app's process, so
+
+- each engine's RSS, update_graph time and event-loop blocks are its own
+  (nothing of Panel, Bokeh, the other engine or the client-side graph build
+  shares its process or its GIL); the app reads each scheduler process's RSS
+  with psutil from its pid (the same figure as the process's own
+  ``/proc/self/statm``, and available while a stock ingestion blocks its loop);
+- bokeh's process-wide ``Property._should_validate`` flag, which
+  distributed's dashboard toggles without thread safety, is never touched by
+  a scheduler thread in the Panel process (the cause of broken sessions and
+  HTTP 500s on dask's ``/status`` seen with embedded schedulers).
+
+The processes are this app's children; :meth:`ClusterManager.close` stops
+them (terminate, then kill after 10 s), and an ``atexit`` hook does so when
+the app exits.
 
 Remote: when ``SLIMGRAPH_SCHEDULER`` names a scheduler address, the app
 connects one Client to it and reads everything through the client
@@ -15,20 +30,28 @@ recorder there (:meth:`RemoteFeed.install`); its kind (stock/slim) is asked
 from the scheduler.
 
 Either way the app talks to a scheduler only through its entry's ``feed``
-(the ``slimgraph`` extension's handlers) and ``client`` (submissions).
+(the ``slimgraph`` extension's handlers) and ``client`` (submissions), and
+the shared poller (:mod:`slimgraph.dashboard.poller`) through clients of
+its own.
 
 The manager lives in this module, so it survives the per-session re-runs
 of ``main.py`` under ``panel serve``.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from slimgraph.instrument.feed import Feed, LocalFeed, RemoteFeed
+from slimgraph.instrument.feed import Feed, RemoteFeed
 from slimgraph.views.figures import KINDS
 
 logger = logging.getLogger(__name__)
@@ -55,6 +78,11 @@ class Entry:
     error: str = ""
     dashboard_link: str = ""
     address: str = ""
+    #: the scheduler process's pid (embedded engines; None for a remote one)
+    pid: int | None = None
+    #: the child processes (scheduler, workers) and their log directory
+    procs: list = field(default_factory=list)
+    tmp: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -93,35 +121,42 @@ class ClusterManager:
 
     # -- starting -----------------------------------------------------------
     def _start_local(self, e: Entry) -> None:
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
-        common = dict(
-            n_workers=self.n_workers,
-            threads_per_worker=self.threads_per_worker,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-            silence_logs=logging.WARNING,
-        )
         if e.kind == "slim":
             cls, why = slim_scheduler_class()
             if cls is None:
                 e.status, e.error = "unavailable", why
                 return
-            from slimgraph.distributed import SlimLocalCluster
-
-            cluster = SlimLocalCluster(**common)
-        else:
-            cluster = LocalCluster(**common)
-        client = Client(cluster, set_as_default=False)
-        e.cluster, e.client = cluster, client
-        feed = LocalFeed(cluster.scheduler, e.kind)
-        feed.sync(feed.install, timeout=60)  # stock: record its phases
-        feed.sync(_add_pages, cluster.scheduler, timeout=60)
+        e.tmp = tempfile.mkdtemp(prefix=f"slimgraph-dashboard-{e.kind}-")
+        sfile = os.path.join(e.tmp, "scheduler.json")
+        preload = "slimgraph.distributed" if e.kind == "slim" else "slimgraph.views.tab"
+        py = sys.executable
+        log = open(os.path.join(e.tmp, "processes.log"), "w")
+        env = dict(os.environ, SLIMGRAPH_DASHBOARD_PARENT=str(os.getpid()))
+        sched = subprocess.Popen(
+            [py, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+             "--dashboard-address", "127.0.0.1:0", "--scheduler-file", sfile, "--preload", preload,
+             "--preload", "slimgraph.dashboard.watchdog"],
+            stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+        e.procs.append(sched)
+        e.pid = sched.pid
+        _wait_file(sfile, sched)
+        e.procs.append(subprocess.Popen(
+            [py, "-m", "distributed.cli.dask_worker", "--scheduler-file", sfile,
+             "--nworkers", str(self.n_workers), "--nthreads", str(self.threads_per_worker),
+             "--no-dashboard", "--host", "127.0.0.1", "--memory-limit", "0", "--death-timeout", "30"],
+            stdout=log, stderr=subprocess.STDOUT, env=env))  # fmt: skip
+        log.close()
+        client = Client(scheduler_file=sfile, set_as_default=False, timeout="60s")
+        e.client = client
+        client.wait_for_workers(self.n_workers, timeout=120)
+        feed = RemoteFeed(client, e.kind)
+        feed.sync(feed.install, timeout=60)  # stock: record its phases (the preload did)
         e.feed = feed
-        e.address = cluster.scheduler_address
-        port = cluster.scheduler.http_server.port
-        e.dashboard_link = f"http://127.0.0.1:{port}/status"
+        e.address = client.scheduler.address
+        port = client.scheduler_info().get("services", {}).get("dashboard")
+        e.dashboard_link = f"http://127.0.0.1:{port}/status" if port else ""
 
     def _start_remote(self, e: Entry) -> None:
         from distributed import Client
@@ -153,6 +188,8 @@ class ClusterManager:
                     e.status = "running"
             except Exception as ex:  # noqa: BLE001
                 logger.exception("slimgraph dashboard: starting %s failed", key)
+                stop_processes(e.procs)
+                e.procs = []
                 e.status, e.error = "error", f"{type(ex).__name__}: {ex}"
         return e
 
@@ -172,22 +209,44 @@ class ClusterManager:
 
     def close(self) -> None:
         for e in self.entries.values():
-            for obj in (e.client, e.cluster):
-                if obj is not None:
-                    try:
-                        obj.close()
-                    except Exception:  # noqa: BLE001
-                        pass
+            if e.client is not None:
+                try:
+                    e.client.close(timeout=10)
+                except Exception:  # noqa: BLE001
+                    pass
+            stop_processes(e.procs)
+            e.procs = []
+            if e.tmp:
+                shutil.rmtree(e.tmp, ignore_errors=True)
             e.client = e.cluster = e.feed = None
+            e.pid = None
             if e.status == "running":
                 e.status = "not started"
 
 
-async def _add_pages(scheduler) -> bool:
-    """The slimgraph tab in an embedded scheduler's dashboard (on its loop)."""
-    from slimgraph.views.tab import add_pages
+def _wait_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Wait for the scheduler file (the scheduler is listening then)."""
+    t0 = time.monotonic()
+    while not os.path.exists(path) or os.path.getsize(path) == 0:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the scheduler process exited with {proc.returncode}")
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError("the scheduler process did not start within 60 s")
+        time.sleep(0.1)
 
-    return add_pages(scheduler)
+
+def stop_processes(procs: list, grace: float = 10.0) -> None:
+    """Terminate our child processes (workers first), then kill what is left."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=5)
 
 
 _manager: ClusterManager | None = None
@@ -199,6 +258,7 @@ def manager() -> ClusterManager:
     with _manager_lock:
         if _manager is None:
             _manager = ClusterManager()
+            atexit.register(reset_manager)
         return _manager
 
 

@@ -1,13 +1,21 @@
-"""A submission from the launcher: one workload, to one or both schedulers.
+"""A submission from the launcher: one workload, to one or both engines.
 
-A :class:`Job` runs in a thread of its own (never on Panel's loop, never on
-a scheduler's loop). It talks to each scheduler only through its entry's
-Client (the submission) and feed (records, progress, memray: the
-``slimgraph`` extension's handlers), so the same code drives embedded
-LocalClusters and a remote scheduler. The graph is
-:mod:`slimgraph.workloads`'s, of any positive size. With
-"both" the kinds run one after the other (stock, then slim) so their
-update_graph timings do not compete for the GIL of this process.
+A :class:`Job` runs one thread per engine (never on Panel's loop, never on
+a scheduler's loop). The engines run in processes of their own
+(:mod:`slimgraph.dashboard.clusters`), so "both" submits to stock and slim
+at once: neither shares a process or a GIL with the other. Each thread
+builds the graph (:mod:`slimgraph.workloads`, any positive size), registers
+the submission with the shared poller's :class:`~.poller.JobBook` and
+submits it with the engine's Client; the record of its update_graph comes
+from the poller (the thread never waits on a busy scheduler itself). Right
+after the record, it measures the scheduler's state at the end of the
+ingestion (sampled memory tree: state bytes per task; lazy-container
+census: bytes saved), then either computes the graph or, with
+``ingest_only``, releases it.
+
+Cancel cancels the futures and keeps everything measured so far: a stock
+update_graph cannot be interrupted, so its record still arrives and is
+kept.
 
 The app reads a job's plain attributes from its periodic callback; the job
 never touches Panel objects.
@@ -21,6 +29,15 @@ import time
 from typing import Any
 
 from slimgraph import workloads
+
+
+def workloads_size(n: int) -> str:
+    """``12k``, ``1M``, ``1.5M``, ``800``: a task count, short."""
+    if n >= 1_000_000:
+        return f"{n / 1e6:g}M"
+    if n >= 1000:
+        return f"{n / 1e3:g}k"
+    return str(n)
 
 logger = logging.getLogger(__name__)
 _ids = itertools.count(1)
@@ -38,33 +55,81 @@ def progress_fraction(states: dict) -> tuple[int, int]:
 
 class Job:
     def __init__(self, manager, workload: str, tasks: int, kinds: tuple[str, ...],
-                 lazy: bool = True, memray: bool = False):  # fmt: skip
+                 lazy: bool = True, memray: bool = False, ingest_only: bool = False,
+                 poller: Any = None):  # fmt: skip
         if workload not in workloads.WORKLOADS:
             raise ValueError(f"unknown workload {workload!r}; choose one of "
                              f"{', '.join(workloads.WORKLOADS)}")  # fmt: skip
         workloads.validate_tasks(tasks)
+        if not kinds:
+            raise ValueError("choose at least one scheduler (stock, slim or both)")
         self.id = next(_ids)
         self.manager = manager
+        self.poller = poller
         self.workload = workload
         #: the requested size (about that many tasks, see slimgraph.workloads)
         self.tasks = int(tasks)
         self.kinds = tuple(kinds)
         self.lazy = lazy
         self.memray = memray
-        self.kind: str | None = None
-        self.phase = "queued"  # queued / starting / submitting / computing / done / cancelled / error
-        self.message = "queued"
-        self.progress = (0, 0)
-        self.results: dict[str, dict] = {}
+        self.ingest_only = ingest_only
+        #: per engine: queued / starting / building / ingesting / measuring /
+        #: computing / released / done / cancelled / error
+        self.phases: dict[str, str] = dict.fromkeys(self.kinds, "queued")
+        self.messages: dict[str, str] = dict.fromkeys(self.kinds, "queued")
+        #: per engine: monotonic time the graph was handed to the Client
+        self.submitted_at: dict[str, float] = {}
+        self.progress_by_kind: dict[str, tuple[int, int]] = {}
+        #: per engine: what was measured (update_graph_s, tasks, state_bytes,
+        #: lazy_saved_bytes, compute_s, status, error...)
+        self.results: dict[str, dict] = {k: {} for k in self.kinds}
         #: kind -> flamegraph HTML (str) of the memray capture
         self.flamegraphs: dict[str, str] = {}
         self.memray_errors: dict[str, str] = {}
         self.started = time.time()
         self.finished: float | None = None
         self._cancel = threading.Event()
-        self._future: Any = None
-        self._client: Any = None
-        self._thread = threading.Thread(target=self._run, name=f"slimgraph-job-{self.id}", daemon=True)
+        self._futures: dict[str, Any] = {}
+        self._threads = [threading.Thread(target=self._run_one_safe, args=(k,),
+                                          name=f"slimgraph-job-{self.id}-{k}", daemon=True)
+                         for k in self.kinds]  # fmt: skip
+        self._waiter = threading.Thread(target=self._wait_all, name=f"slimgraph-job-{self.id}", daemon=True)
+
+    @property
+    def label(self) -> str:
+        return f"job {self.id} ({self.workload} {workloads_size(self.tasks)})"
+
+    @property
+    def axis_label(self) -> str:
+        """How the charts label this job's bars."""
+        return f"job {self.id}\n{self.workload} {workloads_size(self.tasks)}"
+
+    @property
+    def settings(self) -> str:
+        return ", ".join([f"lazy {'on' if self.lazy else 'off'}",
+                          "ingest only" if self.ingest_only else "compute",
+                          *(["memray"] if self.memray else [])])  # fmt: skip
+
+    @property
+    def phase(self) -> str:
+        """The job's state over its engines."""
+        if self.finished is None:
+            return "running"
+        if self._cancel.is_set():
+            return "cancelled"
+        if all(self.results[k].get("error") for k in self.kinds):
+            return "error"
+        return "done"
+
+    @property
+    def message(self) -> str:
+        return "; ".join(f"{k}: {self.messages[k]}" for k in self.kinds)
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        done = sum(d for d, _ in self.progress_by_kind.values())
+        total = sum(t for _, t in self.progress_by_kind.values())
+        return done, total
 
     def build(self) -> Any:
         """The collection this job submits (built once per scheduler kind)."""
@@ -75,98 +140,133 @@ class Job:
         return self.finished is None
 
     def start(self) -> "Job":
-        self._thread.start()
+        for t in self._threads:
+            t.start()
+        self._waiter.start()
         return self
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        self._waiter.join(timeout)
 
     def cancel(self) -> None:
+        """Cancel the computations; what was measured stays."""
         self._cancel.set()
-        fut, client = self._future, self._client
-        if fut is not None and client is not None:
+        for kind, fut in list(self._futures.items()):
             try:
-                client.cancel(fut)
+                fut.cancel()
             except Exception:  # noqa: BLE001
                 logger.exception("cancel failed")
 
-    # -- the thread -----------------------------------------------------------
-    def _run(self) -> None:
+    # -- the threads ------------------------------------------------------------
+    def _wait_all(self) -> None:
+        for t in self._threads:
+            t.join()
+        self.finished = time.time()
+
+    def _run_one_safe(self, kind: str) -> None:
         try:
-            for kind in self.kinds:
-                if self._cancel.is_set():
-                    break
-                self._run_one(kind)
-            if self._cancel.is_set():
-                self.phase, self.message = "cancelled", "cancelled"
-            else:
-                errs = [k for k, r in self.results.items() if r.get("error")]
-                self.phase = "error" if errs and len(errs) == len(self.kinds) else "done"
-                self.message = "; ".join(
-                    f"{k}: {r['error']}" if r.get("error") else
-                    f"{k}: update_graph {r.get('update_graph_s', 0):.2f} s, "
-                    f"{r.get('tasks', 0):,} tasks, computed in {r.get('compute_s', 0):.1f} s ({r.get('status')})"
-                    for k, r in self.results.items()
-                )  # fmt: skip
+            self._run_one(kind)
         except Exception as e:  # noqa: BLE001
-            logger.exception("job failed")
-            self.phase, self.message = "error", f"{type(e).__name__}: {e}"
+            logger.exception("job %s on %s failed", self.id, kind)
+            self.results[kind]["error"] = f"{type(e).__name__}: {e}"
+            self.phases[kind], self.messages[kind] = "error", f"{type(e).__name__}: {e}"
         finally:
-            self._future = None
-            self.finished = time.time()
+            self._futures.pop(kind, None)
+
+    def _say(self, kind: str, phase: str, message: str) -> None:
+        self.phases[kind], self.messages[kind] = phase, message
 
     def _run_one(self, kind: str) -> None:
-        self.kind = kind
-        self.phase, self.message = "starting", f"{kind}: starting the cluster"
+        res = self.results[kind]
+        self._say(kind, "starting", "starting the engine")
         e = self.manager.get(kind)
         if e.status != "running":
-            self.results[kind] = {"error": e.error or e.status}
+            res["error"] = e.error or e.status
+            self._say(kind, "error", res["error"])
             return
-        c = self._client = e.client
-        feed = e.feed
+        c, feed = e.client, e.feed
         self.manager.set_lazy(e, self.lazy)
-        last_id = feed.sync(feed.status, timeout=60)["latest"]
+        after_id = feed.sync(feed.status, timeout=60)["latest"]
         memray_path = None
         if self.memray:
             try:
                 memray_path = feed.sync(feed.memray_arm, timeout=60)
             except Exception as ex:  # noqa: BLE001
                 self.memray_errors[kind] = f"{type(ex).__name__}: {ex}"
-        self.phase, self.message = "submitting", f"{kind}: building the {self.workload} graph"
+        if self._cancel.is_set():
+            self._say(kind, "cancelled", "cancelled before submitting")
+            return
+        self._say(kind, "building", f"building the {self.workload} graph")
         obj = self.build()
-        t0 = time.perf_counter()
-        self.message = f"{kind}: submitted, update_graph running"
+        if self.poller is not None:
+            self.poller.book.expect(self.id, kind, c.id, after_id, self.axis_label)
+        self.submitted_at[kind] = time.monotonic()
+        self._say(kind, "ingesting", "submitted; update_graph running")
         fut = c.compute(obj)
-        self._future = fut
-        res: dict[str, Any] = {}
-        rec = None
-        while not self._cancel.is_set():
-            try:
-                recs = feed.sync(feed.records, last_id, timeout=0.5)
-            except TimeoutError:  # the loop is busy: update_graph holds it
-                recs = []
-            if recs:
-                rec = recs[-1]
-                break
-            if fut.done() and time.perf_counter() - t0 > 10:
-                break  # no record came (a scheduler that does not record?)
-            self.message = f"{kind}: update_graph running ({time.perf_counter() - t0:.1f} s)"
-            time.sleep(0.2)
+        self._futures[kind] = fut
+        del obj
+        rec = self._wait_record(kind)
         if rec is not None:
-            res.update(update_graph_s=rec.total_s, tasks=rec.tasks, record=rec.submission_id)
-        self.phase = "computing"
+            res.update(record=rec.submission_id, tasks=rec.tasks, update_graph_s=rec.total_s)
+            self._say(kind, "measuring", "measuring the scheduler's state after the ingestion")
+            self._measure_state(feed, res)
+        if self.ingest_only:
+            fut.release()
+            res["status"] = "released"
+            self._say(kind, "released", self._summary_line(res, "released after update_graph"))
+        else:
+            self._compute(kind, fut, res)
+        if memray_path is not None:
+            self._collect_memray(feed, kind, memray_path)
+
+    def _wait_record(self, kind: str, timeout: float = 3600):
+        """The record of this job's update_graph on ``kind`` (from the poller)."""
+        t0 = self.submitted_at[kind]
+        while time.monotonic() - t0 < timeout:
+            rec = self.poller.record_of(kind, self.id) if self.poller is not None else None
+            if rec is not None:
+                return rec
+            fut = self._futures.get(kind)
+            if fut is not None and fut.done() and fut.status == "error" and time.monotonic() - t0 > 10:
+                return None  # no record came
+            snap = self.poller.engine(kind) if self.poller is not None else None
+            busy = snap.busy_for() if snap is not None else 0.0
+            note = (f"; the scheduler's loop has not answered for {busy:.0f} s"
+                    if busy >= 2 else "")  # fmt: skip
+            cancelled = " (cancel asked: waiting for update_graph to end)" if self._cancel.is_set() else ""
+            self.messages[kind] = f"update_graph running, {time.monotonic() - t0:.1f} s{note}{cancelled}"
+            time.sleep(0.2)
+        return None
+
+    def _measure_state(self, feed, res: dict) -> None:
+        """State bytes per task and bytes saved by lazy containers, now."""
+        from slimgraph.views.transforms import lazy_summary
+
+        try:
+            tree = feed.sync(feed.memory_tree, 2000, 0.01, timeout=120)
+            res["state_bytes"] = tree.total_bytes
+            res["state_tasks"] = tree.ntasks
+            census = feed.sync(feed.lazysets, 0.01, timeout=120)
+            point, _ = lazy_summary(census)
+            res["lazy_saved_bytes"] = point["saved_mb"] * 2**20
+            res["lazy_held_bytes"] = point["held_mb"] * 2**20
+        except Exception as ex:  # noqa: BLE001
+            res["measure_error"] = f"{type(ex).__name__}: {ex}"
+
+    def _compute(self, kind: str, fut, res: dict) -> None:
         t1 = time.perf_counter()
+        self._say(kind, "computing", "computing")
         while not fut.done() and not self._cancel.is_set():
-            try:
-                self.progress = progress_fraction(feed.sync(feed.status, timeout=2)["states"])
-            except Exception:  # noqa: BLE001  (a busy loop: keep the last value)
-                pass
-            done, total = self.progress
-            self.message = f"{kind}: computing {done:,}/{total:,} tasks ({time.perf_counter() - t1:.1f} s)"
-            time.sleep(0.25 if e.cluster is not None else 1.0)
+            snap = self.poller.engine(kind) if self.poller is not None else None
+            st = (snap.status or {}) if snap is not None else {}
+            if st.get("states"):
+                self.progress_by_kind[kind] = progress_fraction(st["states"])
+            done, total = self.progress_by_kind.get(kind, (0, 0))
+            self.messages[kind] = f"computing {done:,}/{total:,} tasks ({time.perf_counter() - t1:.1f} s)"
+            time.sleep(0.25)
         if self._cancel.is_set() and not fut.done():
             try:
-                c.cancel(fut)
+                fut.cancel()
             except Exception:  # noqa: BLE001
                 pass
         res["status"] = fut.status
@@ -177,13 +277,17 @@ class Job:
                 res["error"] = repr(ex)
         res["compute_s"] = time.perf_counter() - t1
         if fut.status == "finished":
-            self.progress = (self.progress[1] or 1, self.progress[1] or 1)
+            _, total = self.progress_by_kind.get(kind, (1, 1))
+            self.progress_by_kind[kind] = (total or 1, total or 1)
         fut.release()
-        self._future = None
-        self.results[kind] = res
-        if memray_path is not None:
-            self._collect_memray(feed, kind, memray_path)
+        phase = "done" if fut.status == "finished" else ("cancelled" if self._cancel.is_set() else "error")
+        self._say(kind, phase, res.get("error") or self._summary_line(res, f"computed in {res['compute_s']:.1f} s"))
 
+    @staticmethod
+    def _summary_line(res: dict, tail: str) -> str:
+        if "update_graph_s" not in res:
+            return tail
+        return f"update_graph {res['update_graph_s']:.2f} s for {res['tasks']:,} tasks; {tail}"
     def _collect_memray(self, feed, kind: str, path: str) -> None:
         """The flamegraph of the capture at ``path``, once it has finished
         (rendering it takes seconds, in a thread on the scheduler side)."""

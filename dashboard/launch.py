@@ -2,15 +2,17 @@
 
 ``main()`` is what the CLI calls (``slimgraph dashboard``, ``python -m
 slimgraph dashboard``). It is ``panel serve`` of the app run in this
-process: the app is served at ``/dashboard``, the stock and slim
-LocalClusters start in the background right away (so the first submission
-does not wait for them), and Ctrl-C closes them.
+process: the app is served at ``/dashboard``, the stock and slim engines
+(a scheduler process and a worker process each) start in the background
+right away (so the first submission does not wait for them), and Ctrl-C or
+SIGTERM stops them.
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import signal
 import sys
 
 
@@ -19,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=5006)
     p.add_argument("--address", default="127.0.0.1", help="interface to listen on")
     p.add_argument("--scheduler", default=None,
-                   help="read this scheduler instead of starting LocalClusters "
+                   help="read this scheduler instead of starting engine processes "
                         "(default: $SLIMGRAPH_SCHEDULER)")  # fmt: skip
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
@@ -41,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     from slimgraph.dashboard import clusters
     from slimgraph.dashboard.app import build
 
-    pn.extension()
+    pn.extension("tabulator")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the engines on SIGTERM too
     mgr = clusters.manager()
     if not mgr.remote:
         mgr.start_in_background()

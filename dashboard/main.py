@@ -8,5 +8,5 @@ import panel as pn
 
 from slimgraph.dashboard.app import build
 
-pn.extension()
+pn.extension("tabulator")  # the job history table needs its resources
 build().servable(title="slimgraph dashboard")

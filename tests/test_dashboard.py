@@ -10,6 +10,7 @@ import asyncio
 import gc
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -572,3 +573,110 @@ def test_dashboard_and_bench_build_the_same_graphs():
     for name in workloads.WORKLOADS:
         job = jobs.Job(None, name, 1234, ("stock",))
         assert tokenize(job.build()) == tokenize(workloads.WORKLOADS[name](1234)), name
+
+
+# ---------------------------------------------------------------------------
+# the app's engines, poller and summary
+# ---------------------------------------------------------------------------
+
+
+def _record(kind: str, sid: int, client: str, tasks: int = 1000, total_s: float = 0.5, **kw):
+    from slimgraph.instrument.records import SubmissionRecord
+
+    return SubmissionRecord(scheduler=kind, submission_id=sid, client=client, tasks=tasks,
+                            total_s=total_s, status="OK", **kw)  # fmt: skip
+
+
+def test_jobbook_puts_both_engines_bars_of_a_job_at_one_slot():
+    from slimgraph.dashboard.poller import JobBook
+
+    book = JobBook()
+    slot = book.expect(7, "stock", "client-a", 3, "job 7")
+    assert book.expect(7, "slim", "client-b", 0, "job 7") == slot
+    # another client's record, or one from before the job's mark, is not the job's
+    assert book.place("stock", _record("stock", 9, "someone-else"))[1] is None
+    assert book.place("stock", _record("stock", 3, "client-a"))[1] is None
+    assert book.place("slim", _record("slim", 1, "client-b")) == (slot, 7)
+    assert book.place("stock", _record("stock", 10, "client-a")) == (slot, 7)
+    assert book.job_of == {("slim", 1): 7, ("stock", 10): 7}
+    # a later record of the same client is a new slot, labelled as a submission
+    other, job = book.place("stock", _record("stock", 11, "client-a", tasks=1234))
+    assert job is None and other not in (slot,) and "1,234 tasks" in book.labels[other]
+    assert book.labels[slot] == "job 7"
+
+
+def test_summary_figures_and_ratios_come_from_the_records():
+    from slimgraph.dashboard import summary
+
+    stock = _record("stock", 1, "c", tasks=2000, total_s=2.0, longest_block_s=1.5,
+                    rss_before=100_000_000, rss_after=110_000_000)  # fmt: skip
+    slim = _record("slim", 1, "c", tasks=2000, total_s=0.5, longest_block_s=0.01,
+                   rss_before=100_000_000, rss_after=104_000_000, ingestion="staged")  # fmt: skip
+    f_stock = summary.engine_figures(stock, {"state_bytes": 4_000_000, "state_tasks": 2000})
+    f_slim = summary.engine_figures(slim, {"state_bytes": 2_000_000, "state_tasks": 2000,
+                                           "lazy_saved_bytes": 3 * 2**20})  # fmt: skip
+    assert f_stock["us_per_task"] == pytest.approx(1000.0)
+    assert f_stock["rss_per_task"] == pytest.approx(5000.0)
+    assert f_slim["state_per_task"] == pytest.approx(1000.0)
+    assert f_stock["ingestion"].startswith("synchronous") and f_slim["ingestion"] == "staged"
+    assert summary.ratio(f_stock["update_graph_s"], f_slim["update_graph_s"]) == pytest.approx(4.0)
+    assert summary.ratio(1.0, None) is None and summary.ratio(1.0, 0) is None
+
+    class J:
+        id, workload, tasks, kinds, settings, phase, label = 3, "array", 2000, ("stock", "slim"), "lazy on", "done", "job 3"
+
+    html = summary.strip_html(J, {"stock": f_stock, "slim": f_slim}, J.kinds)
+    assert "data-kind='stock' data-key='update_graph_s' data-value='2.0'" in html
+    assert "data-kind='slim' data-key='longest_block_s' data-value='0.01'" in html
+    assert ">4.0x<" in html  # update_graph stock/slim
+    row = summary.history_row(J, {"stock": f_stock, "slim": f_slim})
+    assert row["ratio update_graph_s"] == pytest.approx(4.0) and row["slim ingestion"] == "staged"
+    # an engine that measured nothing shows dashes, not zeros
+    empty = summary.engine_figures(None)
+    assert empty["update_graph_s"] is None and summary.fmt(None, "s") == "-"
+
+
+@pytest.mark.cluster
+def test_engines_run_in_processes_of_their_own():
+    """The app starts a scheduler process (and workers) per engine; no
+    scheduler lives in its own process; the poller's RSS of each engine is
+    that process's own figure; closing stops every process."""
+    import gc
+
+    import psutil
+    from distributed import Scheduler
+
+    from slimgraph.dashboard import clusters
+    from slimgraph.dashboard.poller import Poller
+
+    mgr = clusters.ClusterManager(address="", n_workers=1, threads_per_worker=1)
+    poll = None
+    try:
+        mgr.start_all()
+        kinds = [k for k in ("stock", "slim") if mgr.available(k)]
+        assert kinds[0] == "stock" and all(mgr.entries[k].status == "running" for k in kinds), \
+            {k: (e.status, e.error) for k, e in mgr.entries.items()}
+        pids = {k: mgr.entries[k].pid for k in kinds}
+        assert len(set(pids.values())) == len(kinds) and os.getpid() not in pids.values()
+        for k, pid in pids.items():
+            cmd = " ".join(psutil.Process(pid).cmdline())
+            assert "distributed.cli.dask_scheduler" in cmd
+            assert ("slimgraph.distributed" in cmd) == (k == "slim")
+        assert not [o for o in gc.get_objects() if isinstance(o, Scheduler)]
+        poll = Poller(mgr, period=0.2).start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+                poll.engine(k).status and poll.engine(k).rss for k in kinds):  # fmt: skip
+            time.sleep(0.2)
+        for k in kinds:
+            snap = poll.engine(k)
+            assert snap.status["kind"] == k
+            own = snap.status["rss"] / 2**20  # the scheduler's own reading of itself
+            seen = snap.rss[-1][1]
+            assert abs(seen - own) < 0.1 * own, (k, seen, own)
+        procs = [p for k in kinds for p in mgr.entries[k].procs]
+    finally:
+        if poll is not None:
+            poll.stop()
+        mgr.close()
+    assert all(p.poll() is not None for p in procs)

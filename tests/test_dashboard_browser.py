@@ -128,7 +128,7 @@ def web(chromium, request):
 
 def shot(page, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True, timeout=120_000)
 
 
 SOURCE_JS = """(name) => {
@@ -164,9 +164,9 @@ def wait_rows(page, name: str, col: str, more_than: int, timeout: float = 90) ->
     return n
 
 
-def settle(page, ticks: int = 2) -> None:
+def settle(page, ticks: int = 2, kind: str = "stock") -> None:
     """Wait until the app has refreshed ``ticks`` times (history loaded)."""
-    wait_rows(page, "sg-rss", "time", ticks - 1, timeout=60)
+    wait_rows(page, f"sg-rss-{kind}", "time", ticks - 1, timeout=60)
     page.wait_for_timeout(300)
 
 
@@ -283,14 +283,15 @@ def test_panel_serve_reads_existing_scheduler(web, scheduler_proc, client, tmp_m
         box.fill("1500")
         box.press("Enter")
         page.get_by_role("button", name="Submit").click()
-        page.get_by_text(re.compile(r"job 2 \(array, 1,500 tasks.*: done")).first.wait_for(timeout=60_000)
+        page.get_by_text(re.compile(r"job 2 \(array 1.5k\).*: done")).first.wait_for(timeout=60_000)
         wait_rows(page, "sg-timing-stock", "submission_id", before)
         assert 1000 < source(page, "sg-timing-stock")["tasks"][-1] < 2200
 
         # cancel: a 10k-task job on one single-threaded worker runs for seconds
         page.locator("select").nth(1).select_option("10k")
         page.get_by_role("button", name="Submit").click()
-        page.get_by_text(re.compile(r"job 3 .*: computing")).first.wait_for(timeout=60_000)
+        page.get_by_text(re.compile(r"job 3 .*: running")).first.wait_for(timeout=60_000)
+        page.get_by_text(re.compile(r"stock: computing")).first.wait_for(timeout=60_000)
         page.get_by_role("button", name="Cancel").click()
         page.get_by_text(re.compile(r"job 3 .*: cancelled")).first.wait_for(timeout=30_000)
         assert page.get_by_role("button", name="Submit").is_enabled()
@@ -301,71 +302,199 @@ def test_panel_serve_reads_existing_scheduler(web, scheduler_proc, client, tmp_m
 
 
 # ---------------------------------------------------------------------------
-# (a) slimgraph dashboard: launch() with embedded LocalClusters
+# (a) slimgraph dashboard: engines in processes of their own
 # ---------------------------------------------------------------------------
 
 
-def test_launch_embedded_clusters_stream_and_memray(web, tmp_mod):
-    page, watch = web
+@pytest.fixture(scope="module")
+def launched(tmp_mod):
+    """``python -m slimgraph dashboard`` on a free port (1 worker per engine)."""
     port = free_port()
     app = Proc("launch", [
-        sys.executable, "-m", "slimgraph", "dashboard", "--port", str(port),
+        sys.executable, "-m", "slimgraph", "dashboard", "--port", str(port), "--workers", "1",
     ], tmp_mod, cwd=tmp_mod)  # fmt: skip
     try:
         wait_http(f"http://127.0.0.1:{port}/dashboard", proc=app)
-        page.goto(f"http://127.0.0.1:{port}/dashboard")
-        wait_model(page, "sg-timing-stock")
-        wait_model(page, "sg-timing-slim")
-        # wait for the embedded clusters (started in the background by launch)
-        page.get_by_text(re.compile(r"stock: running")).first.wait_for(timeout=90_000)
-        slim_ok = page.get_by_text("slim: not available").count() == 0
-        if slim_ok:
-            page.get_by_text(re.compile(r"slim: running")).first.wait_for(timeout=90_000)
-        kinds = ("stock", "slim") if slim_ok else ("stock",)
-        settle(page)
-        before = {k: max(nrows(page, f"sg-timing-{k}", "submission_id"), 0) for k in kinds}
-        assert before == {k: 0 for k in kinds}  # fresh clusters
-        lazy_before = {k: max(nrows(page, f"sg-lazy-{k}", "time"), 0) for k in kinds}
-        page.locator("select").nth(1).select_option("1k")
-        page.get_by_role("button", name="both" if slim_ok else "stock").click()
-        boxes = page.get_by_role("checkbox")  # lazy containers, memray (in that order)
-        assert boxes.count() == 2 and boxes.nth(0).is_checked() and not boxes.nth(1).is_checked()
-        boxes.nth(1).check()
-        page.get_by_role("button", name="Submit").click()
-        for k in kinds:
-            wait_rows(page, f"sg-timing-{k}", "submission_id", before[k], timeout=120)
-            wait_rows(page, f"sg-memory-{k}", "path", 0)
-            wait_rows(page, f"sg-lazy-{k}", "time", lazy_before[k])
-        rows = source(page, "sg-timing-stock")
-        assert rows["tasks"][-1] > 500
-        page.get_by_text(re.compile(r"job \d+ .*: done")).first.wait_for(timeout=120_000)
-        for k in kinds:  # the census series holds numbers (whether a sample
-            # fell while the small graph was still on the scheduler is timing)
-            lazy = source(page, f"sg-lazy-{k}")
-            assert len(lazy["eager_mb"]) > lazy_before[k]
-            assert all(v >= 0 for v in lazy["eager_mb"]), k
-        for k in kinds:
-            button = page.get_by_role("button", name=re.compile(rf"memray flamegraph \({k}, job"))
-            button.wait_for(timeout=90_000)
-            with page.expect_download(timeout=30_000) as dl:
-                button.click()
-            html = Path(dl.value.path()).read_text(errors="replace")
-            assert dl.value.suggested_filename.startswith(f"slimgraph-memray-{k}-")
-            assert len(html) > 10_000 and "<html" in html.lower() and "update_graph" in html
-        shot(page, "launch-embedded")
-
-        # the embedded stock scheduler's own dashboard: dask's tabs render in a
-        # process that imported panel, and it has the slimgraph tab too
-        link = page.locator("a", has_text="dask dashboard").first.get_attribute("href")
-        dash = link.rsplit("/", 1)[0]
-        for tab in ("workers", "slimgraph"):
-            page.goto(f"{dash}/{tab}")
-            page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.documents[0].roots().length > 0")
-            page.locator("canvas").first.wait_for(state="attached", timeout=30_000)
-            shot(page, f"launch-embedded-dask-{tab}")
-        assert_clean(watch)
+        yield f"http://127.0.0.1:{port}/dashboard", app
     finally:
         app.stop()
+    import psutil
+
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if str(tmp_mod) in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid()
+                and "dask_" in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+
+
+def engines_running(page, timeout: float = 180_000) -> tuple[str, ...]:
+    """Wait for the engines; the kinds that run (slim may be unavailable)."""
+    page.locator(".sg-address[data-kind='stock']").first.wait_for(timeout=timeout)
+    if page.get_by_text("slim: not available").count():
+        return ("stock",)
+    page.locator(".sg-address[data-kind='slim']").first.wait_for(timeout=timeout)
+    return ("stock", "slim")
+
+
+def addresses(page, kinds) -> dict[str, str]:
+    return {k: page.locator(f".sg-address[data-kind='{k}']").first.inner_text() for k in kinds}
+
+
+def summary_values(page) -> dict[tuple[str, str], float | None]:
+    cells = page.locator(".sg-summary td.sg-fig")
+    out = {}
+    for i in range(cells.count()):
+        c = cells.nth(i)
+        v = c.get_attribute("data-value")
+        out[(c.get_attribute("data-kind"), c.get_attribute("data-key"))] = float(v) if v else None
+    return out
+
+
+def no_horizontal_scroll(page) -> bool:
+    return page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1")
+
+
+@pytest.mark.timeout(600)
+def test_launch_both_engines_summary_equals_records(web, launched):
+    """Submit on both engines at once; the summary strip's figures are the
+    records each scheduler process holds; history, CSV, memray; widths."""
+    from distributed import Client
+
+    from slimgraph.instrument.client import get_submissions
+
+    page, watch = web
+    url, _ = launched
+    page.goto(url)
+    kinds = engines_running(page)
+    page.get_by_role("button", name="Submit").wait_for()
+    box = page.locator(".bk-input-group", has_text="Tasks (about").locator("input").first
+    box.fill("not a number")
+    box.press("Enter")
+    page.get_by_role("button", name="Submit").click()
+    page.get_by_text(re.compile("Cannot submit.*positive whole number")).first.wait_for(timeout=20_000)
+    box.fill("1500")
+    box.press("Enter")
+    page.get_by_role("button", name="both" if len(kinds) == 2 else "stock").click()
+    page.get_by_role("checkbox", name=re.compile("memray")).check()
+    page.get_by_role("checkbox", name=re.compile("ingest only")).check()
+    page.get_by_role("button", name="Submit").click()
+    job = page.locator(".sg-summary[data-job]").first
+    job.wait_for(timeout=30_000)
+    job_id = job.get_attribute("data-job")
+    page.get_by_text(re.compile(rf"job {job_id} \(array 1.5k\).*: done")).first.wait_for(timeout=240_000)
+    page.wait_for_timeout(1500)  # one more refresh after the end
+    shown = summary_values(page)
+    for kind, address in addresses(page, kinds).items():
+        with Client(address, timeout="30s", set_as_default=False) as c:
+            recs = [r for r in get_submissions(c) if r.status == "OK" and r.tasks > 1000]
+            assert {r.status for r in get_submissions(c)} == {"OK"}
+        assert recs, kind
+        rec = recs[-1]
+        assert shown[(kind, "update_graph_s")] == pytest.approx(rec.total_s, rel=1e-9)
+        assert shown[(kind, "us_per_task")] == pytest.approx(rec.total_s / rec.tasks * 1e6, rel=1e-9)
+        assert shown[(kind, "longest_block_s")] == pytest.approx(rec.longest_block_s, rel=1e-9)
+        assert shown[(kind, "rss_per_task")] == pytest.approx(
+            (rec.rss_after - rec.rss_before) / rec.tasks, rel=1e-9)  # fmt: skip
+        assert shown[(kind, "state_per_task")] > 0
+        # the bars: one per engine at the job's slot, labelled by the job
+        timing = source(page, f"sg-timing-{kind}")
+        assert rec.submission_id in timing["submission_id"]
+    if len(kinds) == 2:
+        ing = page.locator(".sg-summary td[data-kind='slim'][data-key='ingestion']").inner_text()
+        assert ing.startswith(("staged", "in place"))
+        xs = {k: source(page, f"sg-timing-{k}")["x"][-1] for k in kinds}
+        assert xs["stock"] == xs["slim"]
+    # the history table and its CSV
+    with page.expect_download(timeout=30_000) as dl:
+        page.get_by_role("button", name=re.compile("Download the job history")).click()
+    csv = Path(dl.value.path()).read_text()
+    head, *rows = csv.strip().splitlines()
+    assert "stock update_graph_s" in head and any(r.startswith(f"{job_id},array,1500,") for r in rows)
+    for k in kinds:
+        button = page.get_by_role("button", name=re.compile(rf"memray flamegraph \({k}, job"))
+        button.wait_for(timeout=120_000)
+        with page.expect_download(timeout=30_000) as dl:
+            button.click()
+        html = Path(dl.value.path()).read_text(errors="replace")
+        assert len(html) > 10_000 and "update_graph" in html
+    for width in (1000, 1920):
+        page.set_viewport_size({"width": width, "height": 1100})
+        page.wait_for_timeout(800)
+        assert no_horizontal_scroll(page), width
+        shot(page, f"launch-summary-{width}")
+    # every control has a label; the dask dashboard links have distinct names
+    links = [page.locator("a", has_text=f"{k} dask dashboard").count() for k in kinds]
+    assert links == [1] * len(kinds)
+    assert_clean(watch)
+
+
+def _answer_s(page, preset: str, expected: str) -> float:
+    """Seconds from choosing a size preset until the server's answer (the
+    task count it fills in) shows in the page."""
+    box = page.locator(".bk-input-group", has_text="Tasks (about").locator("input").first
+    t0 = time.monotonic()
+    page.locator("select").nth(1).select_option(preset)
+    page.wait_for_function("([el, v]) => el.value === v", arg=[box.element_handle(), expected],
+                           timeout=60_000)  # fmt: skip
+    return time.monotonic() - t0
+
+
+@pytest.mark.timeout(600)
+def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
+    """A large stock ingestion ("ingest only") blocks the stock scheduler's
+    loop for seconds; the app keeps answering (widget changes, page loads,
+    RSS points), shows the ingestion, and many reloads break nothing: no
+    broken session, dask's /status of both engines answers 200."""
+    from slimgraph import workloads
+
+    page, watch = web
+    url, _ = launched
+    page.goto(url)
+    kinds = engines_running(page)
+    page.locator("select").nth(1).select_option("100k")
+    box = page.locator(".bk-input-group", has_text="Tasks (about").locator("input").first
+    box.fill("150000")
+    box.press("Enter")
+    page.get_by_role("button", name="stock", exact=True).click()
+    page.get_by_role("checkbox", name=re.compile("ingest only")).check()
+    page.get_by_role("button", name="Submit").click()
+    page.get_by_text(re.compile(r"ingesting job \d+: update_graph running")).first.wait_for(timeout=120_000)
+    answers, loads = [], []
+    presets = [p for p in ("1k", "10k") for _ in range(3)]
+    for p in presets:
+        if not page.get_by_text(re.compile("ingesting job")).count():
+            break
+        answers.append(_answer_s(page, p, str(workloads.SIZES[p])))
+        other = page.context.new_page()
+        t0 = time.monotonic()
+        other.goto(url, wait_until="domcontentloaded", timeout=120_000)
+        other.get_by_role("button", name="Submit").wait_for(timeout=120_000)
+        loads.append(time.monotonic() - t0)
+        other.close()
+    shot(page, "launch-while-stock-ingests")
+    page.get_by_text(re.compile(r"job \d+ .*: done")).first.wait_for(timeout=600_000)
+    rss = source(page, "sg-rss-stock")["time"]
+    gaps = [(b - a) / 1000 for a, b in zip(rss, rss[1:])]
+    print(f"\nwidget answers (s): {[round(a, 2) for a in answers]}; page loads (s): "
+          f"{[round(t, 2) for t in loads]}; longest RSS refresh gap (s): {max(gaps):.2f}")
+    assert answers, "the ingestion ended before any widget change could be timed"
+    # Every change was answered and every page came up while stock's loop was
+    # blocked (each wait above fails after 60-120 s otherwise). The times go to
+    # the output, not into assertions: on a shared 2-core machine one answer
+    # took 14.7 s (behind another session's document build), others < 1 s.
+    # RSS is read by pid, not through the blocked loop: its points keep coming.
+    assert max(gaps) < 10
+    # history on open: a new session shows the job's bar; reloads break nothing
+    for _ in range(8):
+        page.reload(wait_until="domcontentloaded", timeout=120_000)
+        page.get_by_role("button", name="Submit").wait_for(timeout=120_000)
+    wait_rows(page, "sg-timing-stock", "submission_id", 0, timeout=60)
+    assert source(page, "sg-timing-stock")["tasks"][-1] > 100_000
+    for kind, address in addresses(page, kinds).items():
+        link = page.locator("a", has_text=f"{kind} dask dashboard").first.get_attribute("href")
+        for _ in range(3):
+            with urllib.request.urlopen(link, timeout=60) as r:
+                assert r.status == 200
+    shot(page, "launch-after-reloads")
+    assert_clean(watch)
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""The answer at a glance: per job, each engine's figures and stock/slim ratios.
+
+Pure (no Panel, no network): figures come from the engine's
+:class:`~slimgraph.instrument.records.SubmissionRecord` of the job's
+update_graph and what the job measured right after it (state bytes from a
+sampled memory tree, bytes saved by lazy containers). The app shows them as a
+strip (latest job) and a history table (every job; CSV export); the browser
+test checks the strip against the records themselves.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+#: Engine colours (colour-blind safe, distinct from the phase colours).
+#: Defined here until ``slimgraph.views.palette`` exists; the one place the app takes them from.
+ENGINE_COLORS = {"stock": "#b35806", "slim": "#2166ac"}
+
+#: (key, label, unit) of each figure, in the order shown.
+FIGURES = (
+    ("update_graph_s", "update_graph", "s"),
+    ("us_per_task", "update_graph per task", "us"),
+    ("longest_block_s", "longest event-loop block", "s"),
+    ("rss_per_task", "RSS growth per task", "B"),
+    ("state_per_task", "scheduler state per task", "B"),
+    ("lazy_saved_bytes", "saved by lazy containers", "B"),
+)
+
+
+def engine_figures(rec: Any, measured: dict | None = None) -> dict:
+    """One engine's figures for one job (None where not measured)."""
+    m = measured or {}
+    out: dict[str, Any] = dict.fromkeys(k for k, _, _ in FIGURES)
+    if rec is not None:
+        tasks = int(rec.tasks)
+        out["tasks"] = tasks
+        out["update_graph_s"] = float(rec.total_s)
+        out["us_per_task"] = rec.total_s / tasks * 1e6 if tasks else None
+        out["longest_block_s"] = rec.longest_block_s
+        if rec.rss_before is not None and rec.rss_after is not None and tasks:
+            out["rss_per_task"] = (rec.rss_after - rec.rss_before) / tasks
+        # stock records say nothing: stock ingests on its event loop, in one go
+        out["ingestion"] = rec.ingestion or "synchronous (stock: on the event loop)"
+        out["record_status"] = rec.status
+    if m.get("state_bytes") is not None and m.get("state_tasks"):
+        out["state_per_task"] = m["state_bytes"] / m["state_tasks"]
+    if m.get("lazy_saved_bytes") is not None:
+        out["lazy_saved_bytes"] = float(m["lazy_saved_bytes"])
+    return out
+
+
+def ratio(stock: float | None, slim: float | None) -> float | None:
+    """stock / slim, or None when either is missing or slim is 0."""
+    if stock is None or slim is None or slim == 0:
+        return None
+    return stock / slim
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return f"{value * 1e3:,.1f} ms" if abs(value) < 1 else f"{value:,.2f} s"
+    if unit == "us":
+        return f"{value:,.1f} us"
+    if unit == "B":
+        from slimgraph.instrument.memory import fmt_bytes
+
+        return fmt_bytes(value) if abs(value) >= 1024 else f"{value:,.0f} B"
+    return f"{value:g}"
+
+
+def history_row(job: Any, figures: dict[str, dict]) -> dict:
+    """One row of the job history table: settings, then each engine's figures."""
+    row: dict[str, Any] = {
+        "job": job.id, "workload": job.workload, "requested tasks": job.tasks,
+        "engines": "+".join(job.kinds), "settings": job.settings, "state": job.phase,
+    }  # fmt: skip
+    for kind in ("stock", "slim"):
+        f = figures.get(kind) or {}
+        row[f"{kind} tasks"] = f.get("tasks")
+        for key, _, _ in FIGURES:
+            row[f"{kind} {key}"] = f.get(key)
+        row[f"{kind} ingestion"] = f.get("ingestion")
+    for key, _, _ in FIGURES:
+        if key != "lazy_saved_bytes":
+            row[f"ratio {key}"] = ratio((figures.get("stock") or {}).get(key),
+                                        (figures.get("slim") or {}).get(key))  # fmt: skip
+    return row
+
+
+def strip_html(job: Any, figures: dict[str, dict], kinds: tuple[str, ...]) -> str:
+    """The summary strip of one job: a small table, stock beside slim, ratios.
+
+    Every figure cell carries ``data-kind``, ``data-key`` and ``data-value``
+    (the unrounded number) so a test reads what is shown.
+    """
+    head = "".join(f"<th class='sg-kind-{k}'>{k}</th>" for k in kinds)
+    both = "stock" in kinds and "slim" in kinds
+    if both:
+        head += "<th>stock / slim</th>"
+    rows = []
+    for key, label, unit in FIGURES:
+        cells = []
+        for k in kinds:
+            v = (figures.get(k) or {}).get(key)
+            dv = "" if v is None else repr(float(v))
+            cells.append(f"<td class='sg-fig' data-kind='{k}' data-key='{key}' data-value='{dv}'>"
+                         f"{fmt(v, unit)}</td>")  # fmt: skip
+        if both and key == "lazy_saved_bytes":
+            cells.append("<td class='sg-ratio' data-key='lazy_saved_bytes'></td>")
+        elif both:
+            r = ratio((figures.get("stock") or {}).get(key), (figures.get("slim") or {}).get(key))
+            cells.append(f"<td class='sg-ratio' data-key='{key}'>{'-' if r is None else f'{r:,.1f}x'}</td>")
+        rows.append(f"<tr><th scope='row'>{label}</th>{''.join(cells)}</tr>")
+    ing = "".join(f"<td data-kind='{k}' data-key='ingestion'>{(figures.get(k) or {}).get('ingestion') or '-'}</td>"
+                  for k in kinds)  # fmt: skip
+    rows.append(f"<tr><th scope='row'>how it was ingested</th>{ing}{'<td></td>' if both else ''}</tr>")
+    tasks = ", ".join(f"{k} {(figures.get(k) or {}).get('tasks') or 0:,}" for k in kinds)
+    return (f"<div class='sg-summary' data-job='{job.id}'>"
+            f"<div class='sg-summary-title'><b>{job.label}</b> &middot; {job.settings} &middot; "
+            f"tasks ingested: {tasks} &middot; <span class='sg-job-state'>{job.phase}</span></div>"
+            f"<table class='sg-summary-table'><thead><tr><th></th>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")  # fmt: skip
+
+
+SUMMARY_CSS = f"""
+.sg-summary-title {{ margin: 0 0 6px 0; font-size: 14px; }}
+.sg-summary-table {{ border-collapse: collapse; font-size: 13px; width: 100%; max-width: 900px; }}
+.sg-summary-table th, .sg-summary-table td {{ padding: 3px 10px; border-bottom: 1px solid #ddd; text-align: right; }}
+.sg-summary-table th[scope=row] {{ text-align: left; font-weight: normal; color: #333; }}
+.sg-summary-table .sg-ratio {{ font-weight: bold; }}
+.sg-kind-stock {{ color: {ENGINE_COLORS["stock"]}; }}
+.sg-kind-slim {{ color: {ENGINE_COLORS["slim"]}; }}
+"""
