@@ -164,9 +164,11 @@ def wait_rows(page, name: str, col: str, more_than: int, timeout: float = 90) ->
     return n
 
 
-def settle(page, ticks: int = 2, kind: str = "stock") -> None:
-    """Wait until the app has refreshed ``ticks`` times (history loaded)."""
-    wait_rows(page, f"sg-rss-{kind}", "time", ticks - 1, timeout=60)
+def settle(page, ticks: int = 2, kind: str = "stock", source: str | None = None) -> None:
+    """Wait until the page has refreshed ``ticks`` times (history loaded):
+    the Panel app's RSS series of ``kind``, or ``source`` (the scheduler
+    tab's views name theirs ``sg-rss``)."""
+    wait_rows(page, source or f"sg-rss-{kind}", "time", ticks - 1, timeout=60)
     page.wait_for_timeout(300)
 
 
@@ -199,7 +201,7 @@ def test_scheduler_tab_beside_dask_tabs(web, scheduler_proc, client):
     wait_model(page, "sg-timing-stock")
     nav = page.locator("a[href='slimgraph']")
     assert nav.count() >= 1, "no slimgraph entry in the navbar"
-    settle(page)
+    settle(page, source="sg-rss")
     before = nrows(page, "sg-timing-stock", "submission_id")
     lazy_before = nrows(page, "sg-lazy-stock", "time")
 
