@@ -508,6 +508,13 @@ class App:
                 pass
         return self
 
+    def stop(self) -> None:
+        """Stop this app's refresh (a notebook's cell ends it; pages end on close)."""
+        cb = getattr(self, "_cb", None)
+        if cb is not None:
+            cb.stop()
+            self._cb = None
+
 
 ICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "icon.svg")
 

@@ -296,7 +296,9 @@ def test_panel_serve_reads_existing_scheduler(web, scheduler_proc, client, tmp_m
         page.get_by_text(re.compile(r"stock: computing")).first.wait_for(timeout=60_000)
         page.get_by_role("button", name="Cancel").click()
         page.get_by_text(re.compile(r"job 3 .*: cancelled")).first.wait_for(timeout=30_000)
-        assert page.get_by_role("button", name="Submit").is_enabled()
+        # the job's thread ends a moment after its phase reads "cancelled"; the next
+        # refresh enables Submit again
+        sync_api.expect(page.get_by_role("button", name="Submit")).to_be_enabled(timeout=15_000)
         shot(page, "panel-serve-remote-cancelled")
         assert_clean(watch)
     finally:

@@ -539,3 +539,95 @@ def test_containers_iterate_as_stocks_also_once_thawed(workload):
             assert n  # containers of several items were compared
 
     run(body())
+
+
+@pytest.mark.parametrize("n_workers", [0, 2])
+def test_submissions_during_the_build_start_a_new_generation(n_workers, monkeypatch):
+    """Another client's submission commits while a big graph is staged
+    (after its build, before its commit), and starts a new generation
+    (its ``fifo_timeout`` ran out).
+    The staged commit is not refused: the build's priorities move to the
+    new generation in a thread (slimgraph.ingest.apply.rehead), and the
+    state equals stock's when stock ingests the other submission first:
+    priorities, queue order, transition log and worker messages."""
+    from distributed import Future, wait
+
+    import slimgraph.ingest.pipeline as pipeline
+
+    async def body():
+        async with Pair(n_workers=n_workers) as p:
+            _drop_recorders(p)
+            # the captured futures stay alive (dropping them would release the keys on stock)
+            first, kept1 = p.capture(lambda c: c.compute(da.ones((20, 20), chunks=10).sum()))
+            big, kept2 = p.capture(lambda c: c.compute((da.ones((60, 60), chunks=10) + 1).sum(axis=0)))
+            # no worker has the resource: it waits on both sides, whatever the timing
+            other, kept3 = p.capture(
+                lambda c: c.submit(inc, 41, key="other-1", fifo_timeout="10ms", resources={"R": 1})
+            )
+            (first,), (big,), (other,) = first, big, other
+            assert p.payload(big)["fifo_timeout"] != p.payload(other)["fifo_timeout"]
+
+            async def ingest(s, c, msg):
+                args = p.payload(msg)
+                await s.update_graph(client=c.id, **args)
+                futs = [Future(k, c) for k in args["keys"]]
+                p.futures.extend(futs)
+                return futs
+
+            async def start(s, c):
+                futs = await ingest(s, c, first)
+                if n_workers:
+                    await wait(futs)
+                await asyncio.sleep(0.1)  # the first generation's fifo_timeout runs out
+                return s.transition_counter
+
+            def view(s):
+                return (
+                    {k: ts.priority for k, ts in s.tasks.items()},
+                    _queue(s),
+                    snapshot(s, p.client_names),
+                    _log(s)[-(s.transition_counter - counter) :],
+                    s.generation,
+                )
+
+            # stock: the other client's submission, then the big graph
+            counter = await start(p.stock, p.c_stock)
+            await ingest(p.stock, p.c_stock, other)
+            await ingest(p.stock, p.c_stock, big)
+            stock = view(p.stock)
+
+            # slim: the big graph waits between its build and its commit
+            # until the other submission has committed on the loop
+            counter = await start(p.slim, p.c_slim)
+            started, go = asyncio.Event(), asyncio.Event()
+            real_shadow = pipeline.Pipeline._shadow
+
+            async def slow_shadow(self, b, plan):
+                if len(b.new) > 50:
+                    started.set()
+                    await go.wait()
+                return await real_shadow(self, b, plan)
+
+            monkeypatch.setattr(pipeline.Pipeline, "_shadow", slow_shadow)
+            big_task = asyncio.create_task(ingest(p.slim, p.c_slim, big))
+            await started.wait()
+            gen_before = p.slim.generation
+            await ingest(p.slim, p.c_slim, other)
+            assert p.slim.generation == gen_before + 1  # it started a new generation
+            go.set()
+            await big_task
+            slim = view(p.slim)
+
+            rec = get_history(p.slim).latest()
+            assert rec.to_dict()["tasks"] > 50
+            assert rec.ingestion == "staged", rec.ingestion
+            assert [ph.name for ph in rec.phases].count("commit") == 1
+            assert slim[0] == stock[0]  # priorities
+            assert slim[1] == stock[1]  # queue order
+            assert_same(stock[2], slim[2])
+            assert slim[3] == stock[3]  # transition log
+            assert slim[4] == stock[4]  # generation
+            assert p.reports["stock"] == p.reports["slim"]
+            del kept1, kept2, kept3
+
+    run(body())

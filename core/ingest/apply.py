@@ -32,6 +32,18 @@ after the build, on the event loop, with nothing in between. :func:`commit`
 first checks (:func:`still_valid`) that nothing the build read has changed
 while it was made in a worker thread, and refuses otherwise: then the
 caller ingests the submission in place from scratch.
+
+One change is common and cheap to absorb: another client's submission
+committed during the build and moved the *generation clock* (stock's
+``_set_priorities``: a submission arriving more than its ``fifo_timeout``
+after the last generation change starts a new generation). The build is
+then committed as stock would have ingested it right after those
+submissions, at its own start time: stock's rule applied to the clock as
+it is now gives its generation (:func:`regeneration`), and
+:func:`rehead` moves the build's priorities to it. Within the build every
+task's generation is the same, so only the generation in each priority
+changes, never the order of the build's tasks among themselves (its queue
+run stays sorted, its transitions stay as replayed).
 """
 from __future__ import annotations
 
@@ -39,11 +51,12 @@ from typing import Any
 
 from slimgraph import shim
 from slimgraph.ingest import deliveries, dispatch
-from slimgraph.ingest.build import Build, task_read, warn_collisions
+from slimgraph.ingest.build import Build, generation, task_read, warn_collisions
 from slimgraph.ingest.replay import INLINED, Plan, blame, initial_recommendations
 from slimgraph.ingest.spans import observe
 from slimgraph.ingest.submission import joins_last_computation
 from slimgraph.instrument.records import SubmissionRecord
+from slimgraph.model.taskstate import _prio_head
 
 
 def apply_in_place(state: Any, b: Build, plan: Plan, rec: SubmissionRecord) -> tuple[dict, dict]:
@@ -88,8 +101,14 @@ def commit(state: Any, b: Build, plan: Plan) -> tuple[dict, dict] | None:
     """The staged commit: publish a build made off the event loop, if
     :func:`still_valid` (None: refused, nothing changed). Plugin calls it
     owes are delivered afterwards, in slices (:func:`owing`)."""
-    if plan.stock or not still_valid(state, b, plan):
+    if plan.stock:
         return None
+    plan.refused = invalidation(state, b, plan)
+    if plan.refused is not None:
+        return None
+    if clock_moved(state, b):
+        # the same generation, but stock's rule decides the clock anew
+        _, b.moved_generation = generation(state, b.sub)
     client_msgs: dict = {}
     worker_msgs: dict = {}
     _publish(state, b)
@@ -121,40 +140,98 @@ def report(state: Any, b: Build, outside_only: bool = False) -> None:
 
 def still_valid(state: Any, b: Build, plan: Plan) -> bool:
     """Whether everything the build and its replay read is as it was."""
+    return invalidation(state, b, plan) is None
+
+
+#: :func:`invalidation`'s answer when only the generation clock moved and
+#: the build's generation must change: :func:`rehead` makes it valid again
+CLOCK_MOVED = "another submission started a new generation during the build"
+
+
+def invalidation(state: Any, b: Build, plan: Plan) -> str | None:
+    """What changed since the build read it (None: nothing that matters)."""
     r = b.reads
-    if shim.generation_clock(state) != r.clock:
-        return False
+    moved = clock_moved(state, b)
     if state.total_nthreads != r.nthreads or state.WORKER_SATURATION != r.saturation:
-        return False
+        return "the workers' threads changed"
     if state.validate or state.transition_counter_max:
-        return False
+        return "validation was switched on"
     if r.aliases is not None and state.aliases != r.aliases:
-        return False
+        return "the worker aliases changed"
     if r.submitting is not None:
         sts, prio = r.submitting
         now = state.tasks.get(b.sub.submitting_task)
         if now is not sts or (sts is not None and sts.priority != prio):
-            return False
+            return "the submitting task changed"
     if not plan.complete and any(listeners(state).values()):
-        return False  # a plugin now listens: it must be told of every transition
+        return "a plugin now listens to transitions"
     if (b.hook_tasks is None) and any(shim.listens_to_update_graph(p) for p in state.plugins.values()):
-        return False
+        return "a plugin now listens to update_graph"
     tasks = state.tasks
     for ts, read in r.outside:
         if tasks.get(ts.key) is not ts or task_read(ts) != read:
-            return False
+            return f"a task the graph needs changed ({ts.key!r})"
     if state.slim_epoch != r.epoch:
-        if not state.tasks.keys().isdisjoint(b.tasks):
-            return False
+        if not state.tasks.keys().isdisjoint(b.tasks.keys()):  # iterates the smaller
+            return "another submission added some of the graph's keys"
         if any(tg.name in state.task_groups for tg in b.new_groups):
-            return False
+            return "another submission added one of the graph's task groups"
     groups = state.task_groups
-    if not all(groups.get(d.group.name) is d.group and d.unchanged() for d in b.live_groups.values()):
-        return False
+    for name, d in b.live_groups.items():
+        if groups.get(d.group.name) is not d.group or not d.unchanged():
+            return f"a task group the graph joins changed ({d.group.name!r})"
     for sg in b.span_groups or ():
         if sg.group.span_id != sg.span_id_read:
-            return False
-    return True
+            return "a task group's span changed"
+    if moved and regeneration(state, b) is not None:
+        return CLOCK_MOVED
+    return None
+
+
+def clock_moved(state: Any, b: Build) -> bool:
+    """Whether the generation clock moved since the build read it."""
+    return shim.generation_clock(state) != b.reads.clock
+
+
+def regeneration(state: Any, b: Build) -> Any:
+    """The generation ``b``'s priorities must take to be committed now (see
+    the module docstring), or None if they keep the one they have."""
+    gen, _ = generation(state, b.sub)
+    return None if gen == b.generation else gen
+
+
+def can_rehead(b: Build, plan: Plan) -> bool:
+    """Whether :func:`rehead` can move ``b`` to another generation: not
+    when its queue run mixes tasks queued before (their priorities stay,
+    so the run's order could change) or has full priorities set elsewhere."""
+    return not plan.stock and not plan.requeued and b.sub.submitting_task is None
+
+
+def rehead(b: Build, plan: Plan, gen: Any) -> None:
+    """Give the build's priorities generation ``gen`` (in a worker thread:
+    nothing here is published yet). The messages the shadow dispatch made
+    carry priorities too: they are updated with them."""
+    old = b.generation
+    moved: dict = {}
+
+    def head_of(h: Any) -> Any:
+        n = moved.get(h)
+        if n is None:
+            n = moved[h] = _prio_head(h[0], gen) if type(h) is tuple and h[1] == old else h
+        return n
+
+    for ts in b.tasks.values():
+        h = ts._prio_head
+        if h is not None:
+            ts._prio_head = head_of(h)
+    b.priorities = [(ts, head_of(h) if h is not None else h, o) for ts, h, o in b.priorities]
+    b.generation = gen
+    d = plan.dispatch
+    if d is not None:
+        for run in d.runs:
+            for ts, msg in zip(run.order, run.order_msgs):
+                if "priority" in msg:
+                    msg["priority"] = ts.priority
 
 
 # ---------------------------------------------------------------------------

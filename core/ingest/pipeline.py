@@ -268,8 +268,13 @@ class Pipeline:
             elif plan.live_writes:
                 why = "the graph needs released tasks the scheduler already has"
             else:
+                await self._rehead_while_clock_moves(b, plan)
                 with rec.phase("commit") as p:
                     msgs = applier.commit(s, b, plan)
+                    if msgs is None and plan.refused == applier.CLOCK_MOVED and applier.can_rehead(b, plan):
+                        # out of tries in a thread: move it here, nothing runs in between
+                        applier.rehead(b, plan, applier.regeneration(s, b))
+                        msgs = applier.commit(s, b, plan)
                     if msgs is not None:
                         s.send_all(*msgs)
                         # a staged graph's own tasks are neither in memory nor
@@ -279,7 +284,7 @@ class Pipeline:
                 if msgs is not None:
                     self.ingested = "staged"
                     return b, plan
-                why = "the state changed during the build"
+                why = f"the state changed during the build: {plan.refused}"
         self.ingested = f"in place: {why}"
         logger.info(
             "update_graph of %d tasks ingested on the event loop, not staged: %s",
@@ -287,6 +292,21 @@ class Pipeline:
             why,
         )
         return None
+
+    async def _rehead_while_clock_moves(self, b: Any, plan: Any) -> None:
+        """Other clients' submissions committed during the build started a
+        new generation: move the build's priorities to it in a thread
+        (slimgraph.ingest.apply.rehead), up to :data:`SHADOW_TRIES` times
+        while they keep coming; the commit does the last move itself."""
+        s = self.target
+        if not applier.can_rehead(b, plan):
+            return
+        for _ in range(SHADOW_TRIES):
+            gen = applier.regeneration(s, b) if applier.clock_moved(s, b) else None
+            if gen is None:
+                return
+            with self.rec.phase("transitions", where="offload"):
+                await shim.offload(applier.rehead, b, plan, gen)
 
     async def _shadow(self, b: Any, plan: Any) -> None:
         """Where the commit will send the ready tasks (slimgraph.ingest.dispatch):

@@ -109,6 +109,8 @@ class Plan:
     dispatch: Any = None
     #: how many hand-offs the commit published in bulk (for the record)
     dispatched: int = 0
+    #: why the staged commit refused the build (None: not refused)
+    refused: str | None = None
 
     def temporaries(self) -> list:
         """Big containers only this plan holds (see slimgraph.runtime.disposal).
