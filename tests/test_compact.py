@@ -160,7 +160,7 @@ def compare(*collections, fallback: bool = False, same_object: bool = False, **k
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n", [50, 2000, 20000])
+@pytest.mark.parametrize("n", [50, 2000, 10000])
 def test_bench_array(n):
     g = compare(workloads.array(n))
     paths = {r.type: r.path for r in g.report}
