@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from distributed import Client, Event, LocalCluster, Queue, Scheduler, Variable, Worker, wait
+from distributed.utils import offload
 
 from slimgraph.distributed import SlimLocalCluster, SlimScheduler, install, installed, uninstall
 from slimgraph.model.taskstate import SlimTaskState
@@ -577,6 +578,11 @@ def test_small_submissions_stay_on_the_loop_and_answer_as_fast_as_stock():
                 async with Worker(s.address, nthreads=1):
                     async with Client(s.address, asynchronous=True) as f, \
                             Client(s.address, asynchronous=True) as c:
+                        # distributed's one offload thread is the process's: work
+                        # earlier tests queued there (a big graph's disposal) would
+                        # hold up these submissions' materialize, on stock as well
+                        gc.collect()
+                        await offload(gc.collect)
                         x = c.submit(inc, 1)
                         y = f.submit(inc, 2)
                         y2 = c.submit(inc, 2)
@@ -587,11 +593,11 @@ def test_small_submissions_stay_on_the_loop_and_answer_as_fast_as_stock():
                         recs = list(get_history(s))
                         where = [{p.name: p.where for p in r.phases} for r in recs]
                         del y2
-                        return wanted == {x.key, y.key}, where
+                        return wanted, {x.key, y.key}, where
 
     for _ in range(3):
-        ok, where = asyncio.run(body(20))
-        assert ok
+        wanted, submitted, where = asyncio.run(body(20))
+        assert wanted == submitted, "client c's second submission was not in before the other client's result"
     small, big = where[0], where[-1]
     assert small["deserialize"] == small["cull"] == small.get("order", "event-loop") == "event-loop"
     assert small["materialize"] == "offload" and "commit" not in small
