@@ -138,7 +138,6 @@ class App:
         self._tree_seq = dict.fromkeys(self.kinds, -1)
         self._lazy_seq = dict.fromkeys(self.kinds, 0)
         self._lazy_last = dict.fromkeys(self.kinds, 0.0)
-        self._labels: dict[int, str] = {}
         self._shown_job: tuple | None = None
         self._history_key: tuple | None = None
         self._build_widgets()
@@ -462,12 +461,14 @@ class App:
 
                 how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"
                 self.views.memory[k].figure.title.text = f"scheduler memory: {k}, {fmt_bytes(total)} ({how})"
-        if labels != self._labels:
-            self._labels = labels
-            for k in self.kinds:
-                ax = self.views.timing[k].figure.xaxis[0]
-                ax.ticker.ticks = sorted(labels)
-                ax.major_label_overrides = {int(s): lab for s, lab in labels.items()}
+        # jobs label the bars: set again whenever a figure's own streaming
+        # put back its per-submission labels ("#<id>")
+        want = {int(s): lab for s, lab in labels.items()}
+        for k in self.kinds:
+            ax = self.views.timing[k].figure.xaxis[0]
+            if labels and ax.major_label_overrides != want:
+                ax.ticker.ticks = sorted(want)
+                ax.major_label_overrides = want
 
     def _render(self) -> None:
         self._render_engines()
