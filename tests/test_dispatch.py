@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import operator
 
 import dask
 import dask.array as da
@@ -345,6 +346,121 @@ def test_setting_off():
             async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
                 assert dispatch.take_view(s) is None
 
+    asyncio.run(body())
+
+
+def _without_future_tokens(views: dict) -> dict:
+    """The views without the run_specs' tokens: a run_spec holding a
+    ``Future`` (a TaskRef to a key already there) tokenizes with the client
+    it was unpickled under, which differs between schedulers in one
+    process; what the run_spec holds is still compared (its type and
+    dependencies in the snapshot, ``repr(spec.data)`` in the messages)."""
+    out = {}
+    for kind, v in views.items():
+        v = dict(v)
+        snap = dict(v["snapshot"])
+        snap["tasks"] = {k: {a: b for a, b in t.items() if a != "run_spec_token"} for k, t in snap["tasks"].items()}
+        v["snapshot"] = snap
+        out[kind] = v
+    return out
+
+
+def _held_keys(t, where, n: int = 12) -> list:
+    """Keys already in memory on all three (as ``scatter`` or ``persist``
+    leave them): key i on worker ``where(i)``, sizes that differ (work
+    stealing files a task by its inputs' size)."""
+    keys = [f"held-{i}" for i in range(n)]
+    for s in t.s.values():
+        addrs = list(s.workers)
+        s.update_data(
+            who_has={k: [addrs[w] for w in where(i)] for i, k in enumerate(keys)},
+            nbytes={k: 10 ** (3 + 3 * (i % 3)) for i, k in enumerate(keys)},
+            client="client",
+        )
+    return keys
+
+
+@pytest.mark.parametrize(
+    "where, bulk",
+    [
+        (lambda i: [i % 2], True),  # each input on one worker
+        (lambda i: [i % 3], True),
+        (lambda i: [0, 1] if i == 5 else [i % 2], False),  # one input on two workers
+    ],
+    ids=["two-workers", "three-workers", "one-replicated"],
+)
+def test_ready_tasks_on_data_held_by_one_worker(where, bulk):
+    """Ready tasks whose inputs are already in memory (persisted or
+    scattered data): each goes where its inputs are, as distributed's
+    ``decide_worker`` sends it when a single worker holds them, in bulk
+    with the same messages (``who_has``, ``nbytes``), processing order,
+    counts and work-stealing levels as stock. An input held by two
+    workers makes distributed compare them: that commit goes one by one."""
+    from distributed import Future
+
+    async def body():
+        async with Trio((1, 2, 1)) as t:
+            keys = _held_keys(t, where)
+
+            def make(c):
+                leaves = [delayed(inc)(Future(k, c), dask_key_name=("on-held", i)) for i, k in enumerate(keys)]
+                pairs = [delayed(operator.add)(*leaves[i : i + 2]) for i in range(0, len(leaves), 2)]
+                return c.compute(delayed(sum)(pairs))
+
+            views = await t.submit(make)
+            assert_all_same(_without_future_tokens(views))
+            placed = views["stock"]["processing_on"]
+            assert len({placed[("on-held", i)] for i in range(len(keys))}) > 1
+            assert all(views["stock"]["stealable"].values())
+            assert (t.s["bulk"].slim_dispatched > 0) is bulk
+            assert get_history(t.s["bulk"]).latest().ingestion == "staged"
+
+    asyncio.run(body())
+
+
+def test_held_input_moved_after_the_shadow_goes_one_by_one(monkeypatch):
+    """An input the shadow read on one worker is on another by the commit:
+    the shadow does not hold, and distributed's transitions decide."""
+    from distributed import Future
+
+    import slimgraph.ingest.pipeline as pipeline
+
+    def move(s):
+        # as if one worker had lost it and the other had it now
+        dts = s.tasks["held-0"]
+        old = next(iter(dts.who_has))
+        new = next(ws for ws in s.workers.values() if ws is not old)
+        s.remove_replica(dts, old)
+        s.add_replica(dts, new)
+        return new.address
+
+    real = pipeline.Pipeline._rehead_while_clock_moves
+    moved = []
+
+    async def after_the_shadow(self, b, plan):  # on the loop, just before the commit
+        if self.target is bulk and plan.dispatch is not None:
+            moved.append(move(self.target))
+        return await real(self, b, plan)
+
+    async def body():
+        nonlocal bulk
+        async with Trio((1, 1)) as t:
+            keys = _held_keys(t, lambda i: [i % 2], n=6)
+            bulk = t.s["bulk"]
+            for s in (t.s["stock"], t.s["one-by-one"]):  # where the bulk side's will be at its commit
+                move(s)
+            monkeypatch.setattr(pipeline.Pipeline, "_rehead_while_clock_moves", after_the_shadow)
+
+            def make(c):
+                return c.compute([delayed(inc)(Future(k, c), dask_key_name=("on-held", i)) for i, k in enumerate(keys)])
+
+            views = await t.submit(make)
+            assert moved  # the bulk side's input moved between its shadow and its commit
+            assert_all_same(_without_future_tokens(views))
+            assert views["stock"]["processing_on"][("on-held", 0)] == moved[0]
+            assert bulk.slim_dispatched == 0
+
+    bulk = None
     asyncio.run(body())
 
 

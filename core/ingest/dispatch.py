@@ -26,8 +26,13 @@ counts that make its occupancy, idleness) and on the scheduler's
    the order the commit would send them, noting each choice, every change
    to the ``idle``, ``idle_task_count`` and ``saturated`` containers in the
    order it happens, and distributed's own ``compute-task`` message for the
-   task. Only tasks without dependencies, restrictions or actors qualify;
-   otherwise there is no shadow and the commit goes one by one.
+   task. Tasks without restrictions or actors qualify, and of those with
+   dependencies, the ones whose dependencies are all held by one and the
+   same worker, and only there (data persisted or scattered beforehand:
+   ``x = x.persist(); (x + 1).sum().compute()``): distributed's
+   ``decide_worker`` then has that single candidate and takes it without
+   comparing workers, and the task needs no replica. Otherwise there is no
+   shadow and the commit goes one by one.
 3. In the commit (:func:`publish`), if :meth:`Dispatch.holds` (the view
    taken now equals the one the shadow started from, the prefix durations
    it read are unchanged, no plugin but work stealing listens to these
@@ -64,6 +69,7 @@ from dataclasses import dataclass, field
 from time import monotonic, time
 from typing import Any
 
+import dask
 from sortedcontainers import SortedDict
 
 from slimgraph import config, shim
@@ -111,6 +117,9 @@ class Run:
     msgs: dict = field(default_factory=dict)
     #: worker index -> {prefix name: n}
     prefix_counts: dict = field(default_factory=dict)
+    #: whether some of its tasks have dependencies (work stealing files
+    #: those by their dependencies' size, not by prefix alone)
+    with_deps: bool = False
     #: tasks going processing, in order; their messages and worker indexes
     order: list = field(default_factory=list)
     order_msgs: list = field(default_factory=list)
@@ -136,12 +145,18 @@ class Dispatch:
     durations: dict
     #: message keys the commit fills in
     has_span_id: bool = False
+    #: dependency -> (its one holder, its nbytes), as the shadow read them
+    holders: dict = field(default_factory=dict)
 
     def current(self, state: Any, b: Any = None) -> bool:
         """Whether the workers and the prefix durations are as the shadow
         saw them (``b``: before its new prefixes are published)."""
         if take_view(state) != self.view:
             return False
+        for dts, (ws, nbytes) in self.holders.items():
+            wh = dts.who_has
+            if dts.state != "memory" or not wh or len(wh) != 1 or ws not in wh or dts.nbytes != nbytes:
+                return False
         prefixes = state.task_prefixes
         private = {} if b is None else b.prefixes
         for name, inputs in self.durations.items():
@@ -249,13 +264,35 @@ class _Idle(SortedDict):
 
 
 def _qualifies(ts: Any) -> bool:
-    """A task whose worker depends only on the shadowed numbers."""
-    if ts.dependencies:
-        return False
+    """A task whose worker depends only on the shadowed numbers, or on its
+    dependencies' one holder (:func:`_holder`)."""
     x = ts._x
-    return x is None or not (
+    if x is not None and (
         x.worker_restrictions or x.host_restrictions or x.resource_restrictions or x.actor or x.who_has
-    )
+    ):
+        return False
+    return not ts.dependencies or _holder(ts) is not None
+
+
+def _holder(ts: Any) -> Any:
+    """The one worker that holds every dependency of ``ts``, and is the only
+    one holding any (None: there is no such worker). Read in the build's
+    thread: a container the loop changes meanwhile gives None here, and the
+    commit checks what was read (:attr:`Dispatch.holders`)."""
+    holder = None
+    try:
+        for dts in ts.dependencies:
+            wh = dts.who_has
+            if dts.state != "memory" or not wh or len(wh) != 1:
+                return None
+            ws = next(iter(wh))
+            if holder is None:
+                holder = ws
+            elif ws is not holder:
+                return None
+    except RuntimeError:  # changed size during iteration
+        return None
+    return holder
 
 
 def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None:
@@ -293,6 +330,8 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
     runs: list = []
     run: Run | None = None
     qi = ni = 0
+    holders: dict = {}
+    terminate = None
     while True:
         nxt = handoffs[ni][0] if ni < len(handoffs) else None
         sh.step = len(steps)
@@ -307,7 +346,23 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
         if nxt is None:
             break
         ts = handoffs[ni][1]
-        sw = sh.decide_worker_non_rootish(ts)
+        if ts.dependencies:
+            # distributed's decide_worker: a single candidate is taken as is
+            ws = _holder(ts)
+            sw = shadow_of.get(ws)
+            if sw is None:
+                return None
+            if ws.memory_limit:
+                # _add_to_processing errs a task whose inputs exceed the
+                # worker's memory: that one goes through distributed's code
+                if terminate is None:
+                    terminate = bool(dask.config.get("distributed.worker.memory.terminate"))
+                if terminate and sum(dts.nbytes for dts in ts.dependencies) > ws.memory_limit:
+                    return None
+            for dts in ts.dependencies:
+                holders[dts] = (ws, dts.nbytes)
+        else:
+            sw = sh.decide_worker_non_rootish(ts)
         if run is None:
             run = Run(start=len(steps), end=len(steps))
             runs.append(run)
@@ -328,6 +383,8 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
                 run.msgs[w] = []
             counts[name] = counts.get(name, 0) + 1
             run.tasks[w].append(ts)
+            if ts.dependencies:
+                run.with_deps = True
             _added(sh, sw, ts)
             msg = shim.task_to_msg(sh, ts)
             run.msgs[w].append(msg)
@@ -345,12 +402,14 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
         changes=changes,
         durations=prefixes.read,
         has_span_id=has_span_id,
+        holders=holders,
     )
 
 
 def _added(sh: Any, sw: Any, ts: Any) -> None:
     """``_add_to_processing``'s effects on the shadow (a task without
-    dependencies, restrictions or actor)."""
+    restrictions or actor, whose dependencies, if any, are all on its
+    worker: it needs no replica)."""
     sw.add_task(ts.group.prefix.name)
     sh.check_idle_saturated(sw)
     sh.n_tasks += 1
@@ -476,7 +535,7 @@ def _publish_run(
         for p in list(state.plugins.values()):
             if not shim.work_stealing(p):
                 continue
-            if len(run.to_processing) == 1:  # one group, so one prefix
+            if len(run.to_processing) == 1 and not run.with_deps:  # one group, so one prefix
                 addresses = [workers[w].address for w in run.order_workers]
                 by_address = {workers[w].address: tasks for w, tasks in run.tasks.items()}
                 shim.stealing_put_one_prefix(p, state, run.order, addresses, by_address)

@@ -348,7 +348,7 @@ def prefix_duration_inputs(tp: TaskPrefix) -> tuple:
 
 def count_processing(state: SchedulerState, ws: WorkerState, name: str, n: int) -> None:
     """``WorkerState.add_to_processing``'s counts for ``n`` tasks of prefix
-    ``name`` without dependencies (the tasks themselves go into
+    ``name`` that need no replica (the tasks themselves go into
     ``ws.processing`` separately, in order)."""
     ws.task_prefix_count[name] += n
     state._task_prefix_count_global[name] += n
@@ -481,18 +481,20 @@ def stealing_put_one_prefix(plugin: Any, state: Any, order: list, addresses: lis
 
 
 def stealing_put(plugin: Any, state: Any, tasks: list) -> None:
-    """``WorkStealing.put_key_in_stealable`` for each of ``tasks`` (tasks
-    without dependencies, now processing), in that order."""
+    """``WorkStealing.put_key_in_stealable`` for each of ``tasks`` (now
+    processing), in that order. Where a task is filed depends on its
+    prefix, and for a task with dependencies also on their total size."""
     per_prefix: dict = {}
     stealable = plugin.stealable
     ks = plugin.key_stealable
     unknown = plugin.unknown_durations
     for ts in tasks:
         tp = ts.group.prefix
-        known = per_prefix.get(tp)
+        by = (tp, ts.get_nbytes_deps()) if ts.dependencies else tp
+        known = per_prefix.get(by)
         if known is None:
             cost, level = plugin.steal_time_ratio(ts)
-            known = per_prefix[tp] = (
+            known = per_prefix[by] = (
                 cost is not None,
                 level,
                 state._get_prefix_duration(tp) != tp.duration_average,
