@@ -145,3 +145,52 @@ def test_drain_empties_containers_in_steps():
     assert len(chosen) == 3 and all(c is x for c, x in zip(chosen, (lst, dct, st)))
     disposal.drain(chosen)
     assert chosen == [] and lst == [] and dct == {} and st == set() and small == [1, 2]
+
+
+@pytest.mark.parametrize("policy", ["freeze", "pause"])
+def test_a_big_ingestion_is_frozen_as_it_is_built(policy, monkeypatch):
+    """``gc.collect()`` from other code ignores the pause (bokeh calls one
+    whenever it discards a dashboard session): what an ingestion that will
+    be frozen has built so far is already frozen, so such a collection in
+    the middle of it does not traverse the new task states. Under
+    ``pause`` (no freeze at the end) nothing is frozen early either."""
+    import dask
+    import dask.array as da
+    from distributed import Client
+
+    import slimgraph.ingest.pipeline as pipeline
+    from slimgraph.distributed import SlimScheduler
+    from slimgraph.model.taskstate import SlimTaskState
+
+    seen = []
+    real = pipeline.replay
+
+    def replay(s, b, *a, **kw):  # in the build's thread, right after the build
+        young = {id(o) for o in gc.get_objects() if type(o) is SlimTaskState}
+        seen.append((len(b.new), sum(id(ts) in young for ts in b.new), gcpause.frozen()))
+        return real(s, b, *a, **kw)
+
+    monkeypatch.setattr(pipeline, "replay", replay)
+
+    async def body():
+        with dask.config.set({"slimgraph.gc": policy, "slimgraph.offload-min-tasks": 10}):
+            async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+                async with Client(s.address, asynchronous=True) as c:
+                    x = c.persist((da.ones((40, 40), chunks=5) + 1).sum(axis=0))
+                    while not s.tasks:
+                        await asyncio.sleep(0.01)
+                    del x
+                    while s.tasks:
+                        await asyncio.sleep(0.01)
+            assert not gcpause.frozen() and gc.get_freeze_count() == 0
+
+    try:
+        asyncio.run(body())
+    finally:
+        gc.unfreeze()
+    (new, young, frozen), = seen
+    assert new > 50
+    if policy == "freeze":
+        assert frozen and young == 0
+    else:
+        assert not frozen and young == new
