@@ -84,8 +84,6 @@ class Pipeline:
         #: how the submission was ingested: "staged", "in place" (with the
         #: reason it was not staged), or None before ingestion
         self.ingested: str | None = None
-        #: the garbage-collection policy of this ingestion (slimgraph.runtime.gcpolicy)
-        self.policy = "stock"
 
     async def run(
         self,
@@ -136,11 +134,8 @@ class Pipeline:
             if small:
                 index, priorities = prepare(dsk, keys, cull, internal_priority, rec, "event-loop")
             else:
-                gcpolicy.checkpoint(policy, len(dsk))
                 index, priorities = await shim.offload(prepare, dsk, keys, cull, internal_priority, rec)
-                gcpolicy.checkpoint(policy, len(dsk))
             del dsk
-            self.policy = policy
             # ---- from here on, the graph is compared with the state ----
             with rec.phase("lost_dependencies") as p:
                 lost = lost_keys(s, index)
@@ -256,7 +251,6 @@ class Pipeline:
 
             def off_loop() -> tuple:
                 b = build(s, sub, rec, where="offload")
-                gcpolicy.checkpoint(self.policy, len(sub.index.reached))
                 if b.existing_in_graph:
                     return b, None
                 with rec.phase("transitions", where="offload") as p:

@@ -26,32 +26,11 @@ def enter() -> str:
     return policy
 
 
-def _freezes(policy: str, tasks: int) -> bool:
-    return policy == "freeze" or (policy == "auto" and tasks >= config.get("gc-freeze-tasks"))
-
-
-def checkpoint(policy: str, tasks: int) -> None:
-    """Within an ingestion of about ``tasks`` tasks: freeze what it has made
-    so far, if :func:`exit` will freeze it anyway.
-
-    The pause stops only the collector's own runs; an explicit
-    ``gc.collect()`` from other code still traverses every tracked object.
-    Bokeh calls one each time it discards a dashboard session (distributed's
-    dashboard, a page closed or reloaded): with a 1M-task array half
-    ingested, 7.6 s each on the event loop, over and over while the pages
-    kept loading (``bench --mode client --real-use``). Frozen objects are
-    out of those traversals. It keeps nothing :func:`exit` would not keep:
-    the collector is paused until then, so cyclic garbage made before a
-    checkpoint is still there at the exit's freeze."""
-    if policy != "stock" and _freezes(policy, tasks):
-        gcpause.freeze_until_idle()
-
-
 def exit(policy: str, new_tasks: int = 0) -> None:
     """End an ingestion that made ``new_tasks`` task states."""
     if policy == "stock":
         return
-    if _freezes(policy, new_tasks):
+    if policy == "freeze" or (policy == "auto" and new_tasks >= config.get("gc-freeze-tasks")):
         # The new task states are long-lived: keep them out of every future
         # collection's traversal until the scheduler is idle. (Another
         # ingestion still running is frozen with them, as it would be at its
