@@ -461,14 +461,9 @@ class App:
 
                 how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"
                 self.views.memory[k].figure.title.text = f"scheduler memory: {k}, {fmt_bytes(total)} ({how})"
-        # jobs label the bars: set again whenever a figure's own streaming
-        # put back its per-submission labels ("#<id>")
-        want = {int(s): lab for s, lab in labels.items()}
-        for k in self.kinds:
-            ax = self.views.timing[k].figure.xaxis[0]
-            if labels and ax.major_label_overrides != want:
-                ax.ticker.ticks = sorted(want)
-                ax.major_label_overrides = want
+        if labels:  # jobs name the bars
+            for k in self.kinds:
+                self.views.timing[k].relabel({int(s): lab for s, lab in labels.items()})
 
     def _render(self) -> None:
         self._render_engines()

@@ -148,6 +148,9 @@ class TimingFigure:
         #: the charts sharing ``y_range`` (the tallest bar of all sets its end)
         self.peers = peers if peers is not None else [self]
         self.tallest = 0.0
+        #: {x: label} set by an owner that knows better names for the bars
+        #: (the app's jobs); None: each bar is labelled by its submission
+        self.labels: dict[int, str] | None = None
         # explicit ranges, set as bars arrive: Bokeh's automatic ranges end
         # at -inf over empty stacked bars (no axes drawn at all)
         fig = _figure(sizing_mode, width, title=f"update_graph phases: {kind}",
@@ -201,16 +204,31 @@ class TimingFigure:
             data = self.source.data
             xr, yr = self.figure.x_range, self.figure.y_range
             xr.start, xr.end = data["x"][0] - 0.5, max(data["x"][-1] + 0.5, data["x"][0] + 2.5)
-            every = 1 + len(data["x"]) // 16  # at most ~16 labelled bars
-            self.figure.xaxis.ticker.ticks = [int(x) for x in data["x"]][::-1][::every]
             self.tallest = max(data["total_s"])
             yr.start, yr.end = 0, max(p.tallest for p in self.peers) * 1.08 or 1
-            # tick labels: the submission and its size
-            self.figure.xaxis.major_label_overrides = {
-                int(x): f"#{sid}\n{short_count(n)} tasks"
-                for x, sid, n in zip(data["x"], data["submission_id"], data["tasks"])
-            }
             self.empty.visible = False
+            self._label_ticks()
+
+    def relabel(self, labels: dict[int, str]) -> None:
+        """Label the bars ``{x: label}`` from now on (bars streamed later too)."""
+        if labels != self.labels:
+            self.labels = dict(labels)
+            self._label_ticks()
+
+    def _label_ticks(self) -> None:
+        axis = self.figure.xaxis
+        if self.labels:
+            axis.ticker.ticks = sorted(self.labels)
+            axis.major_label_overrides = dict(self.labels)
+            return
+        data = self.source.data
+        every = 1 + len(data["x"]) // 16  # at most ~16 labelled bars
+        axis.ticker.ticks = [int(x) for x in data["x"]][::-1][::every]
+        # tick labels: the submission and its size
+        axis.major_label_overrides = {
+            int(x): f"#{sid}\n{short_count(n)} tasks"
+            for x, sid, n in zip(data["x"], data["submission_id"], data["tasks"])
+        }
 
 
 class MemoryIcicle:
