@@ -177,7 +177,7 @@ def invalidation(state: Any, b: Build, plan: Plan) -> str | None:
         if any(tg.name in state.task_groups for tg in b.new_groups):
             return "another submission added one of the graph's task groups"
     groups = state.task_groups
-    for name, d in b.live_groups.items():
+    for d in b.live_groups.values():
         if groups.get(d.group.name) is not d.group or not d.unchanged():
             return f"a task group the graph joins changed ({d.group.name!r})"
     for sg in b.span_groups or ():

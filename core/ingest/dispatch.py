@@ -264,14 +264,13 @@ class _Idle(SortedDict):
 
 
 def _qualifies(ts: Any) -> bool:
-    """A task whose worker depends only on the shadowed numbers, or on its
-    dependencies' one holder (:func:`_holder`)."""
+    """A task without restrictions or actor: its worker depends only on the
+    shadowed numbers, or (with dependencies) on their one holder, which
+    :func:`shadow` finds as it goes (:func:`_holder`)."""
     x = ts._x
-    if x is not None and (
+    return x is None or not (
         x.worker_restrictions or x.host_restrictions or x.resource_restrictions or x.actor or x.who_has
-    ):
-        return False
-    return not ts.dependencies or _holder(ts) is not None
+    )
 
 
 def _holder(ts: Any) -> Any:
@@ -346,21 +345,23 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
         if nxt is None:
             break
         ts = handoffs[ni][1]
-        if ts.dependencies:
+        deps = ts.dependencies
+        if deps:
             # distributed's decide_worker: a single candidate is taken as is
             ws = _holder(ts)
             sw = shadow_of.get(ws)
             if sw is None:
-                return None
+                return None  # no single holder: distributed compares workers
             if ws.memory_limit:
                 # _add_to_processing errs a task whose inputs exceed the
                 # worker's memory: that one goes through distributed's code
                 if terminate is None:
                     terminate = bool(dask.config.get("distributed.worker.memory.terminate"))
-                if terminate and sum(dts.nbytes for dts in ts.dependencies) > ws.memory_limit:
+                if terminate and sum(dts.nbytes for dts in deps) > ws.memory_limit:
                     return None
-            for dts in ts.dependencies:
-                holders[dts] = (ws, dts.nbytes)
+            for dts in deps:
+                if dts not in holders:  # (inputs are shared by many tasks)
+                    holders[dts] = (ws, dts.nbytes)
         else:
             sw = sh.decide_worker_non_rootish(ts)
         if run is None:
@@ -383,7 +384,7 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
                 run.msgs[w] = []
             counts[name] = counts.get(name, 0) + 1
             run.tasks[w].append(ts)
-            if ts.dependencies:
+            if deps:
                 run.with_deps = True
             _added(sh, sw, ts)
             msg = shim.task_to_msg(sh, ts)
