@@ -512,3 +512,47 @@ def test_shadow_made_again_when_the_workers_changed_while_it_ran(monkeypatch):
             assert t.s["bulk"].slim_dispatched > 0
 
     asyncio.run(body())
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["inputs-held", "no-inputs"])
+def test_other_clients_tasks_sent_between_shadow_and_commit(monkeypatch, held):
+    """Another client's task sent (and done) between the shadow and the
+    commit moves the scheduler's ``n_tasks``, the count distributed's
+    round-robin reads. Tasks on inputs held by one worker never read it:
+    the commit still goes in bulk, adding its own count. A tree's leaves on
+    idle workers do read it: that commit goes one by one. Both end as
+    stock's, which saw the other task first."""
+    from distributed import Future
+
+    import slimgraph.ingest.pipeline as pipeline
+
+    real = pipeline.Pipeline._rehead_while_clock_moves
+    bumped = []
+
+    async def after_the_shadow(self, b, plan):  # on the loop, just before the commit
+        if self.target is bulk and plan.dispatch is not None:
+            self.target.n_tasks += 1
+            bumped.append(plan.dispatch.reads_n_tasks)
+        return await real(self, b, plan)
+
+    async def body():
+        nonlocal bulk
+        async with Trio((1, 1)) as t:
+            keys = _held_keys(t, lambda i: [i % 2], n=6) if held else []
+            bulk = t.s["bulk"]
+            for s in (t.s["stock"], t.s["one-by-one"]):  # where the bulk side's will be at its commit
+                s.n_tasks += 1
+            monkeypatch.setattr(pipeline.Pipeline, "_rehead_while_clock_moves", after_the_shadow)
+
+            def make(c):
+                if held:
+                    return c.compute([delayed(inc)(Future(k, c), dask_key_name=("on-held", i)) for i, k in enumerate(keys)])
+                return c.compute(_delayed_tree(60))
+
+            views = await t.submit(make)
+            assert bumped == [not held]  # what the shadow's choices read
+            assert_all_same(_without_future_tokens(views) if held else views, bulk_expected=held)
+            assert (bulk.slim_dispatched > 0) is held
+
+    bulk = None
+    asyncio.run(body())

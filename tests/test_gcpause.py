@@ -13,6 +13,7 @@ from slimgraph.runtime import gcpause
 @pytest.fixture(autouse=True)
 def _collector_on():
     assert gcpause.holds() == 0
+    gcpause.on_idle()  # a freeze left by an earlier module's slim scheduler
     gc.enable()
     yield
     assert gcpause.holds() == 0
@@ -145,3 +146,114 @@ def test_drain_empties_containers_in_steps():
     assert len(chosen) == 3 and all(c is x for c, x in zip(chosen, (lst, dct, st)))
     disposal.drain(chosen)
     assert chosen == [] and lst == [] and dct == {} and st == set() and small == [1, 2]
+
+
+class _Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def _garbage():
+    """A reference cycle that is garbage at once, and a weak reference to it."""
+    import weakref
+
+    c = _Cycle()
+    ref = weakref.ref(c)
+    del c
+    return ref
+
+
+def test_a_shielded_collection_traverses_nothing_and_the_garbage_waits():
+    """While a big ingestion is shielded, an explicit ``gc.collect()`` (Bokeh
+    makes one per discarded session) is preceded by a freeze: it finds
+    nothing, so it collects nothing. When the shield ends without a freeze
+    to keep, the garbage goes at the next collection."""
+    gc.collect()
+    frozen_before = gc.get_freeze_count()
+    with gcpause.paused():
+        gcpause.shield()
+        try:
+            ref = _garbage()
+            assert gc.collect() == 0
+            assert ref() is not None
+            assert gc.get_freeze_count() > frozen_before
+        finally:
+            gcpause.unshield()
+    assert gc.get_freeze_count() == frozen_before
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_shield_ending_under_a_big_freeze_keeps_it_until_idle():
+    gc.collect()
+    with gcpause.paused():
+        gcpause.shield()
+        ref = _garbage()
+        gc.collect()
+        gcpause.freeze_until_idle()  # the big ingestion's own end
+        gcpause.unshield()
+    gc.collect()
+    assert ref() is not None and gcpause.frozen()
+    gcpause.on_idle()
+    assert not gcpause.frozen() and gc.get_freeze_count() == 0
+    gc.collect()
+    assert ref() is None
+
+
+def test_unbalanced_unshield_is_an_error():
+    with pytest.raises(RuntimeError, match="without shield"):
+        gcpause.unshield()
+
+
+def test_no_shield_no_freeze():
+    gc.collect()
+    with gcpause.paused():
+        ref = _garbage()
+        gc.collect()
+        assert ref() is None
+    assert gc.get_freeze_count() == 0
+
+
+def test_an_explicit_collection_during_a_big_staged_ingestion(monkeypatch):
+    """A real slim scheduler: an explicit ``gc.collect()`` on the event loop
+    while a big ingestion is staged (as Bokeh makes when a dashboard session
+    is discarded) finds nothing to traverse, so it collects nothing; the
+    garbage is kept with the ingestion's freeze and goes once the scheduler
+    has forgotten its tasks."""
+    import dask
+    from distributed import Client
+
+    import slimgraph.ingest.pipeline as pipeline
+    from slimgraph import workloads
+    from slimgraph.distributed import SlimScheduler
+
+    real = pipeline.Pipeline._shadow
+    seen = []
+
+    async def collect_first(self, b, plan):  # on the loop, after the build
+        ref = _garbage()
+        seen.append((gc.collect(), ref, gcpause.shields()))
+        return await real(self, b, plan)
+
+    monkeypatch.setattr(pipeline.Pipeline, "_shadow", collect_first)
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            async with Client(s.address, asynchronous=True) as c:
+                fut = c.compute(workloads.delayed(200))
+                while not s.tasks:
+                    await asyncio.sleep(0.01)
+                (collected, ref, shields), = seen
+                assert (collected, shields) == (0, 1)
+                assert ref() is not None and gcpause.frozen()
+                await c.cancel(fut)
+                del fut
+                while s.tasks:
+                    await asyncio.sleep(0.01)
+            assert not gcpause.frozen() and gcpause.shields() == 0
+            gc.collect()
+            assert ref() is None
+
+    with dask.config.set({"slimgraph.gc-freeze-tasks": 50, "slimgraph.offload-min-tasks": 0,
+                          "slimgraph.offload-min-bytes": 0}):
+        asyncio.run(body())

@@ -516,6 +516,40 @@ def test_tasks_forgotten_while_calls_are_owed():
         run(body())
 
 
+def test_a_lone_task_forgotten_while_calls_are_owed_waits_behind_them():
+    """A second client's one-task submission, released while a big graph's
+    plugin calls are still owed (dask's Graph page open), is forgotten at
+    once: nothing owed is delivered early (that blocked the loop for
+    seconds), its calls wait behind the big graph's, and when they come
+    the plugins find it as stock's did (a ghost in ``scheduler.tasks``,
+    only while they run). Plugins and layout end as on stock; a task with
+    edges forgotten meanwhile still has everything delivered first."""
+
+    async def body():
+        async with Pair(n_workers=0) as p:  # Recorder + dashboard plugins listen
+            big = p.payload(p.capture(lambda c: c.compute((da.ones((300, 300), chunks=3) + 1).sum()))[0][0])
+            lone = p.payload(p.capture(lambda c: c.submit(inc, 1, key="lone-1"))[0][0])
+            for s, c in ((p.stock, p.c_stock), (p.slim, p.c_slim)):
+                await s.update_graph(client=c.id, **big)
+                await s.update_graph(client=c.id, **lone)
+                s.client_releases_keys(keys=["lone-1"], client=c.id, stimulus_id="release-lone")
+            owed = p.slim.slim_deliveries
+            assert "lone-1" not in p.slim.tasks and "lone-1" not in p.stock.tasks
+            assert owed and "lone-1" in owed.ghosts  # forgotten without delivering everything owed
+            n = len(p.rec_slim.calls)
+            assert n < len(p.rec_stock.calls)
+            await owed.wait()
+            assert "lone-1" not in p.slim.tasks and not owed.ghosts
+            assert p.rec_slim.calls == p.rec_stock.calls
+            gl_stock, gl_slim = p.dash_stock[1], p.dash_slim[1]
+            assert layout(gl_stock) == layout(gl_slim)
+            for attr in ("visible_updates", "visible_edge_updates", "state_updates"):
+                assert getattr(gl_stock, attr) == getattr(gl_slim, attr), attr
+
+    with dask.config.set({"slimgraph.gc": "pause"}):
+        run(body())
+
+
 @pytest.mark.parametrize("workload", ["array-reduction", "delayed-tree", "dataframe-groupby", "array-overlap"])
 def test_containers_iterate_as_stocks_also_once_thawed(workload):
     """distributed makes choices while iterating dependencies, dependents,

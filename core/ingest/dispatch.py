@@ -74,6 +74,9 @@ from sortedcontainers import SortedDict
 
 from slimgraph import config, shim
 
+#: where :func:`take_view` puts the scheduler's ``n_tasks``
+_N_TASKS = 5
+
 # container names in the recorded changes
 _IDLE, _IDLE_TASK_COUNT, _SATURATED = 0, 1, 2
 
@@ -147,11 +150,17 @@ class Dispatch:
     has_span_id: bool = False
     #: dependency -> (its one holder, its nbytes), as the shadow read them
     holders: dict = field(default_factory=dict)
+    #: whether a choice read the scheduler's ``n_tasks`` (else a commit
+    #: does not need it unchanged: it only adds its own count to it)
+    reads_n_tasks: bool = True
 
     def current(self, state: Any, b: Any = None) -> bool:
         """Whether the workers and the prefix durations are as the shadow
         saw them (``b``: before its new prefixes are published)."""
-        if take_view(state) != self.view:
+        now = take_view(state)
+        if not self.reads_n_tasks and now is not None:
+            now = now[:_N_TASKS] + self.view[_N_TASKS:_N_TASKS + 1] + now[_N_TASKS + 1:]
+        if now != self.view:
             return False
         for dts, (ws, nbytes) in self.holders.items():
             wh = dts.who_has
@@ -404,6 +413,7 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
         durations=prefixes.read,
         has_span_id=has_span_id,
         holders=holders,
+        reads_n_tasks=sh.n_tasks_read,
     )
 
 
@@ -413,7 +423,7 @@ def _added(sh: Any, sw: Any, ts: Any) -> None:
     worker: it needs no replica)."""
     sw.add_task(ts.group.prefix.name)
     sh.check_idle_saturated(sw)
-    sh.n_tasks += 1
+    sh.count_sent()
 
 
 def publish(

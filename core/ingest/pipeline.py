@@ -108,6 +108,7 @@ class Pipeline:
         rec.stimulus_id = stimulus_id
         shim.graph_update_started(s)
         policy = gcpolicy.enter()
+        shielded = False
         switching.hold(config.get("switch-interval"))
         status, error = "OK", None
         # whether this submission joins the latest Computation: decided on
@@ -130,6 +131,7 @@ class Pipeline:
                     rec.materialization = "dask (compact-ingestion off)"
                 p.tasks = len(dsk)
             del expr
+            shielded = policy != "stock" and gcpolicy.big(policy, len(dsk))
             small = len(dsk) < config.get("offload-min-tasks")
             if small:
                 index, priorities = prepare(dsk, keys, cull, internal_priority, rec, "event-loop")
@@ -212,7 +214,7 @@ class Pipeline:
                     client=client,
                 )
         finally:
-            gcpolicy.exit(policy, rec.new_tasks)
+            gcpolicy.exit(policy, rec.new_tasks, shielded)
             switching.release()
             shim.graph_update_ended(s)
             rec.status, rec.error = status, error

@@ -26,7 +26,18 @@ def enter() -> str:
     return policy
 
 
-def exit(policy: str, new_tasks: int = 0) -> None:
+def big(policy: str, tasks: int) -> bool:
+    """Once the graph's size is known: an ingestion whose task states will
+    be frozen at its end is shielded from explicit collections until then
+    (see :func:`slimgraph.runtime.gcpause.shield`). Returns whether it is;
+    pass that to :func:`exit`."""
+    if policy == "freeze" or (policy == "auto" and tasks >= config.get("gc-freeze-tasks")):
+        gcpause.shield()
+        return True
+    return False
+
+
+def exit(policy: str, new_tasks: int = 0, shielded: bool = False) -> None:
     """End an ingestion that made ``new_tasks`` task states."""
     if policy == "stock":
         return
@@ -38,4 +49,6 @@ def exit(policy: str, new_tasks: int = 0) -> None:
         # collector is back on, so that no collection can start in between
         # and traverse them after all.
         gcpause.freeze_until_idle()
+    if shielded:
+        gcpause.unshield()
     gcpause.release()

@@ -435,6 +435,9 @@ class ShadowState:
         """``occupancy``: :func:`occupancy_view` of the scheduler, taken earlier."""
         from collections import defaultdict
 
+        self._n_tasks = 0
+        self.n_tasks_read = False
+
         counts, net, bandwidth, unknown = occupancy
         self.validate = False
         self.task_prefixes = prefixes
@@ -444,6 +447,24 @@ class ShadowState:
         self._network_occ_global = net
         # (set by the caller: n_tasks, total_nthreads, WORKER_SATURATION,
         # workers, running, idle, saturated, idle_task_count, step)
+
+    @property
+    def n_tasks(self) -> int:
+        """The scheduler's count of tasks sent so far. distributed's choice
+        reads it only for a task without dependencies when it round-robins
+        (no worker occupied, or 20 workers or more); noting whether it was
+        read lets a commit go ahead when only other clients' tasks moved
+        the count meanwhile (a second user's ``submit`` every second)."""
+        self.n_tasks_read = True
+        return self._n_tasks
+
+    @n_tasks.setter
+    def n_tasks(self, n: int) -> None:
+        self._n_tasks = n
+
+    def count_sent(self) -> None:
+        """One more task sent (``n_tasks += 1`` without reading it)."""
+        self._n_tasks += 1
 
 
 def work_stealing(plugin: Any) -> bool:
