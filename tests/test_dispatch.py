@@ -556,3 +556,67 @@ def test_other_clients_tasks_sent_between_shadow_and_commit(monkeypatch, held):
 
     bulk = None
     asyncio.run(body())
+
+
+def test_a_big_commits_messages_reach_each_worker_in_slices_in_order(monkeypatch):
+    """Real workers; ``slimgraph.pace-messages: 3``. The commit's
+    ``compute-task`` messages reach each worker's stream three at a time
+    (distributed serializes each batch on the loop): exactly the messages
+    the commit made for that worker, in its order; a message sent to that
+    worker while some are still queued (here a ``free-keys``) comes right
+    after them; the graph computes to stock's result."""
+    from distributed import Future
+    from distributed.batched import BatchedSend
+
+    from slimgraph.ingest import pacing
+
+    handed: list = []  # (stream, [(op, key), ...]) per hand-over
+    real_send = BatchedSend.send
+
+    def send(self, *msgs):
+        handed.append((self, [(m.get("op"), m.get("key")) for m in msgs]))
+        return real_send(self, *msgs)
+
+    committed: list = []
+    real_send_all = pacing.send_all
+
+    def send_all(state, client_msgs, worker_msgs):
+        committed.append({w: [(m.get("op"), m.get("key")) for m in ms] for w, ms in worker_msgs.items()})
+        return real_send_all(state, client_msgs, worker_msgs)
+
+    monkeypatch.setattr(BatchedSend, "send", send)
+    monkeypatch.setattr(pacing, "send_all", send_all)
+
+    async def body():
+        async with Pair(n_workers=2, listen=False) as p:
+            args = p.payload(p.capture(lambda c: c.compute(workloads.delayed(300)))[0][0])
+            s = p.slim
+            address_of = {id(s.stream_comms[a]): a for a in s.workers}
+            slices = pacing.Pacer.slices_handed
+            await s.update_graph(client=p.c_slim.id, **args)
+            (made,) = committed
+            paced = [a for a in s.workers if getattr(s.stream_comms[a], "slim_pacer", None)]
+            assert paced, "nothing left to pace after the commit"
+            marked = paced[0]
+            s.stream_comms[marked].send({"op": "free-keys", "keys": ["slimgraph-marker"], "stimulus_id": "marker"})
+            while any(getattr(b, "slim_pacer", None) for b in s.stream_comms.values()):
+                await asyncio.sleep(0.005)
+            assert pacing.Pacer.slices_handed - slices > 10
+            seen: dict = {}
+            for bs, ms in handed:
+                a = address_of.get(id(bs))
+                if a is not None:
+                    seen.setdefault(a, []).append(ms)
+            for a, ms in made.items():
+                assert len(ms) > 3 and all(op == "compute-task" for op, _ in ms)
+                got = [m for batch in seen[a] for m in batch]
+                assert got[: len(ms)] == ms
+                assert max(len(b) for b in seen[a][: len(ms) // 3]) <= 3
+            assert [m for b in seen[marked] for m in b][len(made[marked])] == ("free-keys", None)
+            f_slim = Future(next(iter(args["keys"])), p.c_slim)
+            await p.stock.update_graph(client=p.c_stock.id, **args)
+            f_stock = Future(next(iter(args["keys"])), p.c_stock)
+            assert await f_slim.result() == await f_stock.result()
+
+    with dask.config.set({"slimgraph.pace-messages": 3}):
+        asyncio.run(body())

@@ -54,7 +54,7 @@ from typing import Any
 
 from slimgraph import config, shim
 from slimgraph.ingest import apply as applier
-from slimgraph.ingest import dispatch
+from slimgraph.ingest import dispatch, pacing
 from slimgraph.ingest.build import build
 from slimgraph.ingest.index import lost_keys, prepare
 from slimgraph.ingest.protocol import IngestTarget
@@ -278,7 +278,7 @@ class Pipeline:
                         applier.rehead(b, plan, applier.regeneration(s, b))
                         msgs = applier.commit(s, b, plan)
                     if msgs is not None:
-                        s.send_all(*msgs)
+                        pacing.send_all(s, *msgs)
                         # a staged graph's own tasks are neither in memory nor
                         # erred; tasks it needs from outside may be
                         applier.report(s, b, outside_only=True)

@@ -1,0 +1,135 @@
+"""A big commit's worker messages, handed to distributed's streams in slices.
+
+Why. A staged commit publishes a graph's ready tasks at once, as stock's
+``update_graph`` does, and so gives a worker's ``BatchedSend`` hundreds of
+thousands of ``compute-task`` messages in one go. distributed serializes a
+batch on the event loop (the scheduler never offloads its writes:
+``Scheduler.rpc.allow_offload = False``; a stream's ``comm.write`` pickles
+every ``run_spec`` and packs every message there), about 35-90 us a
+message. Measured with ``bench --mode client --real-use`` at 1M tasks (an
+array on persisted inputs: 745k tasks ready at once): one 67 s block in
+``protocol.dumps`` right after a 5 s commit, the longest of the run. Stock
+pays the same after its own ``update_graph``.
+
+How. When a commit gives a worker more than ``slimgraph.pace-messages``
+messages, its stream gets them in slices of that many: a slice is handed
+to the ``BatchedSend`` once its buffer is empty (the previous slice taken
+for writing), so each write serializes one slice and the loop runs in
+between. Every message sent to that worker meanwhile, from any handler
+(another submission, work stealing, a ``free-keys``), joins the queue
+behind them: the worker receives exactly the messages stock would have
+sent, in the same order, only spread over time. Closing the stream
+(``close``) flushes what is still queued first, as closing flushes a
+buffer; aborting it drops them, as aborting drops a buffer.
+
+The scheduler's state is not touched: the tasks are ``processing`` on
+their workers at the commit, as on stock, whose messages also reach the
+wire only after its ``update_graph`` has returned.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from slimgraph import config
+
+__all__ = ["send_all", "Pacer"]
+
+
+def send_all(state: Any, client_msgs: dict, worker_msgs: dict) -> None:
+    """``state.send_all``, with big per-worker lists paced (see the module
+    docstring)."""
+    n = config.get("pace-messages")
+    streams = getattr(state, "stream_comms", None)
+    if n and streams:
+        rest = {}
+        for address, msgs in worker_msgs.items():
+            bs = streams.get(address)
+            pacer = getattr(bs, "slim_pacer", None)
+            if pacer is not None:
+                pacer.send(*msgs)  # behind what is still queued for it
+            elif bs is not None and len(msgs) > n and hasattr(bs, "buffer") and not bs.closed():
+                Pacer(bs, msgs, n).start()
+            else:
+                rest[address] = msgs
+        worker_msgs = rest
+    state.send_all(client_msgs, worker_msgs)
+
+
+class Pacer:
+    """Holds one ``BatchedSend``'s messages and hands them over in slices.
+    While it has any, the stream's ``send``, ``close`` and ``abort`` are
+    its own (instance attributes, removed when it is done)."""
+
+    #: slices handed over by all pacers (tests, diagnostics)
+    slices_handed = 0
+
+    def __init__(self, bs: Any, msgs: list, slice_size: int):
+        self.bs = bs
+        self.pending: deque = deque(msgs)
+        self.slice_size = slice_size
+        self.slices = 0
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        bs = self.bs
+        bs.slim_pacer = self
+        bs.send = self.send
+        bs.close = self.close
+        bs.abort = self.abort
+        self._task = asyncio.get_running_loop().create_task(self._hand_over())
+
+    def _done(self) -> None:
+        bs = self.bs
+        if getattr(bs, "slim_pacer", None) is self:
+            for name in ("slim_pacer", "send", "close", "abort"):
+                bs.__dict__.pop(name, None)
+
+    # -- the stream's methods while messages are queued -------------------
+    def send(self, *msgs: Any) -> None:
+        if not self.pending:
+            return type(self.bs).send(self.bs, *msgs)
+        comm = self.bs.comm
+        if comm is not None and comm.closed():
+            from distributed.comm.core import CommClosedError
+
+            raise CommClosedError(f"Comm {comm!r} already closed.")
+        self.pending.extend(msgs)
+
+    def close(self, timeout: Any = None) -> Any:
+        bs = self.bs
+        if self.pending:
+            bs.buffer.extend(self.pending)
+            self.pending.clear()
+        self._done()
+        return type(bs).close(bs, timeout=timeout)
+
+    def abort(self) -> None:
+        self.pending.clear()
+        self._done()
+        return type(self.bs).abort(self.bs)
+
+    # -- handing over ------------------------------------------------------
+    async def _hand_over(self) -> None:
+        bs = self.bs
+        pending = self.pending
+        send = type(bs).send
+        try:
+            while pending:
+                if bs.please_stop or bs.closed():
+                    break
+                if bs.buffer:  # the previous slice is not taken yet
+                    await asyncio.sleep(0.001)
+                    continue
+                n = min(self.slice_size, len(pending))
+                send(bs, *[pending.popleft() for _ in range(n)])
+                self.slices += 1
+                Pacer.slices_handed += 1
+                await asyncio.sleep(0)
+        finally:
+            if pending and not bs.please_stop and not bs.closed():
+                # (cancelled, e.g. the loop is closing): the rest at once
+                bs.buffer.extend(pending)
+            pending.clear()  # (a closed stream drops them, as its buffer)
+            self._done()
