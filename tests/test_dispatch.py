@@ -514,34 +514,39 @@ def test_shadow_made_again_when_the_workers_changed_while_it_ran(monkeypatch):
     asyncio.run(body())
 
 
-@pytest.mark.parametrize("held", [True, False], ids=["inputs-held", "no-inputs"])
-def test_other_clients_tasks_sent_between_shadow_and_commit(monkeypatch, held):
-    """Another client's task sent (and done) between the shadow and the
-    commit moves the scheduler's ``n_tasks``, the count distributed's
-    round-robin reads. Tasks on inputs held by one worker never read it:
-    the commit still goes in bulk, adding its own count. A tree's leaves on
-    idle workers do read it: that commit goes one by one. Both end as
-    stock's, which saw the other task first."""
+@pytest.mark.parametrize(
+    "held, moved, bulk",
+    [(True, 1, True), (False, 1, False), (False, 2, True)],
+    ids=["inputs-held", "no-inputs-moved-by-1", "no-inputs-moved-by-2"],
+)
+def test_other_clients_tasks_sent_between_shadow_and_commit(monkeypatch, held, moved, bulk):
+    """Other clients' tasks sent (and done) between the shadow and the
+    commit move the scheduler's ``n_tasks``, which distributed's round-robin
+    reads modulo the number of workers it picks from. Tasks on inputs held
+    by one worker never read it: the commit goes in bulk, adding its own
+    count. A tree's first leaves on two idle workers do: the commit goes in
+    bulk if ``n_tasks`` moved by a multiple of two, else one by one. All
+    end as stock's, which saw the other tasks first."""
     from distributed import Future
 
     import slimgraph.ingest.pipeline as pipeline
 
     real = pipeline.Pipeline._rehead_while_clock_moves
-    bumped = []
+    moduli = []
 
     async def after_the_shadow(self, b, plan):  # on the loop, just before the commit
-        if self.target is bulk and plan.dispatch is not None:
-            self.target.n_tasks += 1
-            bumped.append(plan.dispatch.reads_n_tasks)
+        if self.target is slim and plan.dispatch is not None:
+            self.target.n_tasks += moved
+            moduli.append(plan.dispatch.n_tasks_moduli)
         return await real(self, b, plan)
 
     async def body():
-        nonlocal bulk
+        nonlocal slim
         async with Trio((1, 1)) as t:
             keys = _held_keys(t, lambda i: [i % 2], n=6) if held else []
-            bulk = t.s["bulk"]
+            slim = t.s["bulk"]
             for s in (t.s["stock"], t.s["one-by-one"]):  # where the bulk side's will be at its commit
-                s.n_tasks += 1
+                s.n_tasks += moved
             monkeypatch.setattr(pipeline.Pipeline, "_rehead_while_clock_moves", after_the_shadow)
 
             def make(c):
@@ -550,11 +555,11 @@ def test_other_clients_tasks_sent_between_shadow_and_commit(monkeypatch, held):
                 return c.compute(_delayed_tree(60))
 
             views = await t.submit(make)
-            assert bumped == [not held]  # what the shadow's choices read
-            assert_all_same(_without_future_tokens(views) if held else views, bulk_expected=held)
-            assert (bulk.slim_dispatched > 0) is held
+            assert moduli == [frozenset() if held else frozenset({2})]  # what the shadow's choices depend on
+            assert_all_same(_without_future_tokens(views) if held else views)
+            assert (slim.slim_dispatched > 0) is bulk
 
-    bulk = None
+    slim = None
     asyncio.run(body())
 
 

@@ -150,15 +150,17 @@ class Dispatch:
     has_span_id: bool = False
     #: dependency -> (its one holder, its nbytes), as the shadow read them
     holders: dict = field(default_factory=dict)
-    #: whether a choice read the scheduler's ``n_tasks`` (else a commit
-    #: does not need it unchanged: it only adds its own count to it)
-    reads_n_tasks: bool = True
+    #: pool sizes ``m`` of the choices whose worker depends on the
+    #: scheduler's ``n_tasks`` (distributed's round-robin reads it modulo
+    #: the pool's size): a commit needs ``n_tasks`` moved by a multiple of
+    #: each, else unchanged; empty: any move (it only adds its own count)
+    n_tasks_moduli: frozenset = frozenset()
 
     def current(self, state: Any, b: Any = None) -> bool:
         """Whether the workers and the prefix durations are as the shadow
         saw them (``b``: before its new prefixes are published)."""
         now = take_view(state)
-        if not self.reads_n_tasks and now is not None:
+        if now is not None and all((now[_N_TASKS] - self.view[_N_TASKS]) % m == 0 for m in self.n_tasks_moduli):
             now = now[:_N_TASKS] + self.view[_N_TASKS:_N_TASKS + 1] + now[_N_TASKS + 1:]
         if now != self.view:
             return False
@@ -339,6 +341,7 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
     run: Run | None = None
     qi = ni = 0
     holders: dict = {}
+    moduli: set = set()
     terminate = None
     while True:
         nxt = handoffs[ni][0] if ni < len(handoffs) else None
@@ -372,7 +375,10 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
                 if dts not in holders:  # (inputs are shared by many tasks)
                     holders[dts] = (ws, dts.nbytes)
         else:
+            sh.n_tasks_read = False
             sw = sh.decide_worker_non_rootish(ts)
+            if sh.n_tasks_read:
+                _note_round_robin(sh, ts, sw, moduli)
         if run is None:
             run = Run(start=len(steps), end=len(steps))
             runs.append(run)
@@ -413,8 +419,27 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
         durations=prefixes.read,
         has_span_id=has_span_id,
         holders=holders,
-        reads_n_tasks=sh.n_tasks_read,
+        n_tasks_moduli=frozenset(moduli),
     )
+
+
+def _note_round_robin(sh: Any, ts: Any, sw: Any, moduli: set) -> None:
+    """A choice read ``n_tasks`` (distributed's round-robin over a pool of
+    workers, by ``n_tasks`` modulo the pool's size): if another ``n_tasks``
+    would have chosen another worker, the pool's size goes into
+    ``moduli``. (Choosing has no side effects: it is asked again.)"""
+    m = len(sh.idle or sh.workers)
+    if m in moduli or m < 2:
+        return
+    n = sh._n_tasks
+    try:
+        for k in range(1, m):
+            sh._n_tasks = n + k
+            if sh.decide_worker_non_rootish(ts) is not sw:
+                moduli.add(m)
+                return
+    finally:
+        sh._n_tasks = n
 
 
 def _added(sh: Any, sw: Any, ts: Any) -> None:

@@ -35,6 +35,10 @@ materialization, and the record says which path each layer took
 index as their run_spec, built into stock's node when something reads it.
 Off, dask's ``_materialize_graph`` builds every node, as stock does.
 
+After a commit, a worker's big list of messages reaches its stream in
+slices (:mod:`slimgraph.ingest.pacing`): distributed serializes each batch
+on the loop.
+
 Around the steps, :class:`Pipeline` applies the process-wide policies
 (``slimgraph.gc``, the GIL switch interval), frees the big temporaries in
 steps off the loop (:mod:`slimgraph.runtime.disposal`), and fills the

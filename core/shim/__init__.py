@@ -454,7 +454,8 @@ class ShadowState:
         reads it only for a task without dependencies when it round-robins
         (no worker occupied, or 20 workers or more); noting whether it was
         read lets a commit go ahead when only other clients' tasks moved
-        the count meanwhile (a second user's ``submit`` every second)."""
+        the count meanwhile (a second user's ``submit`` every second).
+        ``n_tasks_read`` is reset by the caller per choice."""
         self.n_tasks_read = True
         return self._n_tasks
 
