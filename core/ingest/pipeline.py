@@ -88,6 +88,10 @@ class Pipeline:
         #: how the submission was ingested: "staged", "in place" (with the
         #: reason it was not staged), or None before ingestion
         self.ingested: str | None = None
+        #: the ``slimgraph.gc`` policy of this ingestion, and whether it is
+        #: shielded from explicit collections (slimgraph.runtime.gcpolicy)
+        self.policy = "stock"
+        self.shielded = False
 
     async def run(
         self,
@@ -111,8 +115,7 @@ class Pipeline:
         rec.client = client
         rec.stimulus_id = stimulus_id
         shim.graph_update_started(s)
-        policy = gcpolicy.enter()
-        shielded = False
+        policy = self.policy = gcpolicy.enter()
         switching.hold(config.get("switch-interval"))
         status, error = "OK", None
         # whether this submission joins the latest Computation: decided on
@@ -135,7 +138,8 @@ class Pipeline:
                     rec.materialization = "dask (compact-ingestion off)"
                 p.tasks = len(dsk)
             del expr
-            shielded = policy != "stock" and gcpolicy.big(policy, len(dsk))
+            if not self.shielded and gcpolicy.big(policy, len(dsk)):
+                self.shielded = gcpolicy.shield(policy)
             small = len(dsk) < config.get("offload-min-tasks")
             if small:
                 index, priorities = prepare(dsk, keys, cull, internal_priority, rec, "event-loop")
@@ -218,7 +222,7 @@ class Pipeline:
                     client=client,
                 )
         finally:
-            gcpolicy.exit(policy, rec.new_tasks, shielded)
+            gcpolicy.exit(policy, rec.new_tasks, self.shielded)
             switching.release()
             shim.graph_update_ended(s)
             rec.status, rec.error = status, error
@@ -232,6 +236,9 @@ class Pipeline:
         except Exception:
             size = None  # not a serialized graph: deserialize reports it
         inline = size is not None and size < config.get("offload-min-bytes")
+        if not inline and not self.shielded:
+            # a big graph: collections from now on would traverse it
+            self.shielded = gcpolicy.shield(self.policy)
         with self.rec.phase("deserialize", where="event-loop" if inline else "offload"):
             try:
                 if inline:

@@ -26,15 +26,22 @@ def enter() -> str:
     return policy
 
 
+def shield(policy: str) -> bool:
+    """Shield the rest of an ingestion from explicit collections (see
+    :func:`slimgraph.runtime.gcpause.shield`): a submission whose graph is
+    big enough to be unpickled in a thread, or, once its size is known
+    (:func:`big`), one whose task states will be frozen at its end. Returns
+    whether it is shielded; pass that to :func:`exit`, which ends it (and
+    the freeze it made, unless the ingestion's own freeze keeps it)."""
+    if policy == "stock":
+        return False
+    gcpause.shield()
+    return True
+
+
 def big(policy: str, tasks: int) -> bool:
-    """Once the graph's size is known: an ingestion whose task states will
-    be frozen at its end is shielded from explicit collections until then
-    (see :func:`slimgraph.runtime.gcpause.shield`). Returns whether it is;
-    pass that to :func:`exit`."""
-    if policy == "freeze" or (policy == "auto" and tasks >= config.get("gc-freeze-tasks")):
-        gcpause.shield()
-        return True
-    return False
+    """Whether an ingestion of ``tasks`` tasks will be frozen at its end."""
+    return policy == "freeze" or (policy == "auto" and tasks >= config.get("gc-freeze-tasks"))
 
 
 def exit(policy: str, new_tasks: int = 0, shielded: bool = False) -> None:
