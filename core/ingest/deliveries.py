@@ -123,21 +123,20 @@ class Deliveries:
         """A transition while calls are owed: ``run()`` (distributed's own
         transition) with the owed-to plugins left out, and their calls for
         it queued behind the owed ones."""
-        if finish == "forgotten":
-            gone = state.tasks.get(key)
-            if gone is not None and (gone.dependencies or gone.dependents or len(self.ghosts) >= GHOSTS):
-                self.flush()
-                return run()
+        ts = state.tasks.get(key)
+        forgetting = finish == "forgotten"
+        if forgetting and ts is not None and (ts.dependencies or ts.dependents or len(self.ghosts) >= GHOSTS):
+            self.flush()
+            return run()
         owed_to = self.owed_to
         plugins = state.plugins
-        ts = state.tasks.get(key)
         counter = state.transition_counter
         state.plugins = {n: p for n, p in plugins.items() if id(p) not in owed_to}
         try:
             out = run()
         finally:
             state.plugins = plugins
-        if finish == "forgotten" and ts is not None and state.tasks.get(key) is not ts:
+        if forgetting and ts is not None and state.tasks.get(key) is not ts:
             self.ghosts[key] = ts
             self._tasks = state.tasks
         log = state.transition_log

@@ -46,10 +46,13 @@ def send_all(state: Any, client_msgs: dict, worker_msgs: dict) -> None:
         rest = {}
         for address, msgs in worker_msgs.items():
             bs = streams.get(address)
-            pacer = getattr(bs, "slim_pacer", None)
-            if pacer is not None:
-                pacer.send(*msgs)  # behind what is still queued for it
-            elif bs is not None and len(msgs) > n and hasattr(bs, "buffer") and not bs.closed():
+            if (
+                len(msgs) > n
+                and bs is not None
+                and getattr(bs, "slim_pacer", None) is None  # (else its send queues them)
+                and hasattr(bs, "buffer")
+                and not bs.closed()
+            ):
                 Pacer(bs, msgs, n).start()
             else:
                 rest[address] = msgs
@@ -69,8 +72,7 @@ class Pacer:
         self.bs = bs
         self.pending: deque = deque(msgs)
         self.slice_size = slice_size
-        self.slices = 0
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task | None = None  # (the loop keeps tasks weakly)
 
     def start(self) -> None:
         bs = self.bs
@@ -124,7 +126,6 @@ class Pacer:
                     continue
                 n = min(self.slice_size, len(pending))
                 send(bs, *[pending.popleft() for _ in range(n)])
-                self.slices += 1
                 Pacer.slices_handed += 1
                 await asyncio.sleep(0)
         finally:

@@ -108,11 +108,13 @@ def frozen() -> bool:
 # traverses everything the ingestion has built so far, on the event loop:
 # measured (``bench --mode client --real-use``, a gc callback timing every
 # collection) 1.2-1.8 s per call at 200k tasks and 3-7 s at 1M, several
-# times per ingestion. While a big ingestion that will be frozen anyway is
-# running, a collection is therefore preceded by a freeze (in the
-# collector's "start" callback, an O(1) move): it finds nothing to
-# traverse. The price is the freeze's own: cyclic garbage of that moment
-# (e.g. the discarded session's document) is kept until the freeze ends.
+# times per ingestion. While a big ingestion is shielded (see
+# ``slimgraph.runtime.gcpolicy.shield``), a collection is therefore preceded
+# by a freeze (in the collector's "start" callback, an O(1) move): it finds
+# nothing to traverse. The price is the freeze's own: cyclic garbage of that
+# moment (e.g. the discarded session's document) is kept until the freeze
+# ends: with the last shield, or, if the ingestion is frozen itself, when
+# the scheduler is idle.
 
 _shields = 0
 _shielded = False
