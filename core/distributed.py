@@ -45,6 +45,9 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
 
     def remove_plugin(self, *args: Any, **kwargs: Any) -> None:
         # ... and one removed now hears of everything owed to it first
+        # (ready tasks a commit left to send in slices go now)
+        if self.slim_tails:
+            self.slim_tails.finish_now()
         if self.slim_deliveries:
             self.slim_deliveries.flush()
         return super().remove_plugin(*args, **kwargs)
@@ -80,6 +83,9 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
         finally:
             rec.ingestion = pipeline.ingested
             ext.finish(rec, token, status=rec.status, error=rec.error)
+            if pipeline.tail is not None:
+                # its slices count as this submission's blocks too
+                pipeline.tail.report_to(rec)
 
 
 # ----------------------------------------------------------------------

@@ -455,14 +455,14 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
     kinds = engines_running(page)
     page.locator("select").nth(1).select_option("100k")
     box = page.locator(".bk-input-group", has_text="Tasks (about").locator("input").first
-    box.fill("150000")
+    box.fill("120000")
     box.press("Enter")
     page.get_by_role("button", name="stock", exact=True).click()
     page.get_by_role("checkbox", name=re.compile("ingest only")).check()
     page.get_by_role("button", name="Submit").click()
     page.get_by_text(re.compile(r"ingesting job \d+: update_graph running")).first.wait_for(timeout=120_000)
     answers, loads = [], []
-    presets = [p for p in ("1k", "10k") for _ in range(3)]
+    presets = [p for p in ("1k", "10k") for _ in range(2)]
     for p in presets:
         if not page.get_by_text(re.compile("ingesting job")).count():
             break
@@ -487,7 +487,7 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
     # RSS is read by pid, not through the blocked loop: its points keep coming.
     assert max(gaps) < 10
     # history on open: a new session shows the job's bar; reloads break nothing
-    for _ in range(8):
+    for _ in range(5):
         page.reload(wait_until="domcontentloaded", timeout=120_000)
         page.get_by_role("button", name="Submit").wait_for(timeout=120_000)
     wait_rows(page, "sg-timing-stock", "submission_id", 0, timeout=60)

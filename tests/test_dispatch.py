@@ -26,7 +26,7 @@ import pytest
 from dask import delayed
 from distributed import Client, Scheduler
 from distributed.core import Status
-from distributed.scheduler import WorkerState
+from distributed.scheduler import SchedulerState, WorkerState
 
 from differential import Pair, assert_same, snapshot, wait_idle
 from slimgraph import workloads
@@ -625,3 +625,253 @@ def test_a_big_commits_messages_reach_each_worker_in_slices_in_order(monkeypatch
 
     with dask.config.set({"slimgraph.pace-messages": 3}):
         asyncio.run(body())
+
+
+# ---------------------------------------------------------------------------
+# ready tasks sent in slices after the commit (slimgraph.ingest.tail)
+@contextlib.contextmanager
+def _tiny_slices():
+    """Every staged commit leaves its ready tasks to a tail of many small
+    slices (runs of 20 tasks, slices of about 0.1 ms)."""
+    from slimgraph.ingest import tail
+
+    saved = dispatch.RUN_MAX, tail.FIRST_BATCH
+    dispatch.RUN_MAX = tail.FIRST_BATCH = 20
+    try:
+        with dask.config.set({"slimgraph.dispatch-slice-min-tasks": 1, "slimgraph.dispatch-slice": "0.1ms"}):
+            yield
+    finally:
+        dispatch.RUN_MAX, tail.FIRST_BATCH = saved
+
+
+def _by_key(log: list) -> dict:
+    out: dict = {}
+    for key, start, finish, recs in log:
+        out.setdefault(key, []).append((start, finish, recs))
+    return out
+
+
+class SlicedTrio(Trio):
+    """:class:`Trio` whose slim schedulers send ready tasks in slices after
+    the commit; views are taken once every slice is sent. While they are,
+    ``validate_state`` runs after every slice. The transition logs keep
+    everything (the tail's entries come after the commit's: a log cut to
+    its last 1,000 entries would keep other ones than stock's)."""
+
+    async def __aenter__(self) -> "SlicedTrio":
+        with dask.config.set({"distributed.admin.low-level-log-length": 100_000}):
+            return await super().__aenter__()
+
+    async def submit(self, make) -> dict:
+        msgs, _ = intercept(self.client, make)
+        views = {}
+        self.checked = 0
+        for kind, s in self.s.items():
+            counter = s.transition_counter
+            for k in self.sent:
+                self.sent[k].clear()
+            with dask.config.set({"slimgraph.bulk-dispatch": kind != "one-by-one"}), _tiny_slices():
+                for msg in msgs:
+                    await s.update_graph(client="client", **arguments(msg))
+                while s is not self.s["stock"] and s.slim_tails:
+                    # the state between two slices (the state's own checks:
+                    # these workers have no streams)
+                    SchedulerState.validate_state(s)
+                    self.checked += 1
+                    await asyncio.sleep(0)
+                if getattr(s, "slim_deliveries", None) is not None:
+                    await s.slim_deliveries.wait()
+            made = s.transition_counter - counter
+            views[kind] = view(s, self.sent[kind], made)
+        return views
+
+
+@pytest.mark.parametrize("case", ["no workers", "one worker", "two workers", "uneven threads", "many workers"])
+def test_ready_tasks_sent_in_slices_after_the_commit_make_stocks_choices(case):
+    """The commit sends none of the ready tasks; a tail sends them in many
+    slices. Nothing else happens in between, so every choice, container,
+    message and count is stock's; the log has stock's transitions per key
+    (the tail's come after the commit's); between slices ``validate_state``
+    accepts the state."""
+    nthreads, make = CASES[case]
+
+    async def body():
+        async with SlicedTrio(nthreads) as t:
+            views = await t.submit(lambda c: c.compute(make(2000)))
+            stock = views["stock"]
+            for kind in ("bulk", "one-by-one"):
+                v = views[kind]
+                assert_same(stock["snapshot"], v["snapshot"], ignore=("clients",))
+                for name in stock:
+                    if name not in ("snapshot", "log"):
+                        assert stock[name] == v[name], (kind, name)
+                assert sorted(stock["log"], key=repr) == sorted(v["log"], key=repr), kind
+                assert _by_key(stock["log"]) == _by_key(v["log"]), kind
+                tails = t.s[kind].slim_tails
+                assert tails is not None and tails.slices > 3 and tails.sent > 100, kind
+                assert get_history(t.s[kind]).latest().ingestion == "staged"
+            assert t.checked > 3
+            assert t.s["bulk"].slim_dispatched > 0  # slices in bulk
+            assert t.s["one-by-one"].slim_dispatched == 0
+
+    asyncio.run(body())
+
+
+def test_plugins_hear_stocks_calls_while_ready_tasks_go_out_in_slices():
+    """Plugins listening to every transition (so every call is owed) hear
+    stock's calls in stock's order: the owed calls wait for each ready task
+    the tail has not sent yet."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class Everything(SchedulerPlugin):
+        def __init__(self):
+            self.calls = []
+
+        def update_graph(self, scheduler, *, keys, **kwargs):
+            self.calls.append(("update_graph", len(keys)))
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            self.calls.append((key, start, finish))
+
+    async def body():
+        async with SlicedTrio((1, 2)) as t:
+            plugins = {k: Everything() for k in t.KINDS}
+            for k, s in t.s.items():
+                s.add_plugin(plugins[k])
+            views = await t.submit(lambda c: c.compute(_delayed_tree(2000)))
+            assert _by_key(views["stock"]["log"]) == _by_key(views["bulk"]["log"])
+            assert len(plugins["stock"].calls) > 2000
+            assert plugins["bulk"].calls == plugins["stock"].calls
+            assert plugins["one-by-one"].calls == plugins["stock"].calls
+            assert t.s["bulk"].slim_tails.slices > 3
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("listen", [False, True], ids=["quiet", "plugin-listening"])
+def test_ready_tasks_released_before_their_slice_are_passed_over(listen):
+    """The client releases the graph while its ready tasks are still being
+    sent: the slices pass over released and forgotten tasks, nothing is
+    sent for them, and the scheduler ends as stock does after the same
+    submission and release. With a plugin listening, forgetting the graph
+    makes every owed call at once (the calls stop waiting for the slices):
+    the plugin hears every key forgotten, as on stock."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class Forgets(SchedulerPlugin):
+        def __init__(self):
+            self.forgotten = set()
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            if finish == "forgotten":
+                self.forgotten.add(key)
+
+    async def body():
+        async with SlicedTrio((1, 1)) as t:
+            msgs, _ = intercept(t.client, lambda c: c.compute(_delayed_tree(2000)))
+            ends = {}
+            heard = {}
+            for kind, s in t.s.items():
+                if listen:
+                    heard[kind] = Forgets()
+                    s.add_plugin(heard[kind])
+                with _tiny_slices():
+                    for msg in msgs:
+                        await s.update_graph(client="client", **arguments(msg))
+                    if kind != "stock":
+                        assert s.slim_tails  # some still to send
+                    keys = list(arguments(msgs[-1])["keys"])
+                    s.client_releases_keys(keys=keys, client="client", stimulus_id="release")
+                    if getattr(s, "slim_tails", None):
+                        await s.slim_tails.wait()
+                    if getattr(s, "slim_deliveries", None) is not None:
+                        await s.slim_deliveries.wait()
+                SchedulerState.validate_state(s)
+                ends[kind] = (len(s.tasks), sorted(ws.address for ws in s.workers.values() if ws.processing))
+            assert ends["stock"] == ends["bulk"] == ends["one-by-one"] == (0, [])
+            if listen:
+                assert len(heard["stock"].forgotten) > 1500
+                assert heard["bulk"].forgotten == heard["one-by-one"].forgotten == heard["stock"].forgotten
+
+    asyncio.run(body())
+
+
+def test_real_workers_compute_a_graph_sent_in_slices():
+    """Real workers, inputs persisted beforehand (every ready task depends
+    on data one worker holds), plugins listening: the graph's ready tasks
+    go out in slices while the workers already compute the first ones;
+    results equal stock's, and the plugins heard stock's calls of the
+    ingestion in stock's order."""
+
+    async def body():
+        from distributed import Future
+
+        async with Pair(n_workers=2, listen=True) as p:
+            data = list(range(8))
+            held = [await p.c_stock.scatter(data, hash=True), await p.c_slim.scatter(data, hash=True)]
+            keys = [f.key for f in held[0]]
+            assert keys == [f.key for f in held[1]]
+            make = lambda c: c.compute(workloads.delayed(3000, inputs=[Future(k, c) for k in keys]))  # noqa: E731
+            msgs, _ = p.capture(make)
+            n = {}
+            with _tiny_slices():
+                for tag, s, c in (("stock", p.stock, p.c_stock), ("slim", p.slim, p.c_slim)):
+                    for msg in msgs:
+                        payload = p.payload(msg)
+                        await s.update_graph(client=c.id, **payload)
+                        p.futures.extend(Future(k, c) for k in payload["keys"])
+                    if tag == "slim":
+                        assert s.slim_tails  # still sending
+                        await s.slim_tails.wait()
+                        await s.slim_deliveries.wait()
+                    n[tag] = len((p.rec_stock if tag == "stock" else p.rec_slim).calls)
+            assert p.slim.slim_tails.slices > 3
+            # what plugins heard of the ingestion (and, on slim, of the
+            # workers' first results queued behind it): stock's, in order
+            assert n["slim"] >= n["stock"] > 3000
+            assert p.rec_stock.calls[: n["stock"]] == p.rec_slim.calls[: n["stock"]]
+            ra = await p.c_stock.gather(p.futures_of("stock"))
+            rb = await p.c_slim.gather(p.futures_of("slim"))
+            assert ra == rb
+            await wait_idle(p.slim)
+            p.slim.validate_state()
+
+    asyncio.run(body())
+
+
+def test_a_plugin_removed_while_ready_tasks_go_out_hears_everything_first():
+    """A plugin removed while the ready tasks are still being sent in
+    slices: the rest are sent at once, and the plugin hears everything it
+    is owed (stock's calls, in stock's order) before it goes."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class Everything(SchedulerPlugin):
+        name = "everything"
+
+        def __init__(self):
+            self.calls = []
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            self.calls.append((key, start, finish))
+
+    async def body():
+        async with SlicedTrio((1, 1)) as t:
+            msgs, _ = intercept(t.client, lambda c: c.compute(_delayed_tree(2000)))
+            heard = {}
+            for kind in ("stock", "bulk"):
+                s = t.s[kind]
+                plugin = Everything()
+                s.add_plugin(plugin)
+                with _tiny_slices():
+                    for msg in msgs:
+                        await s.update_graph(client="client", **arguments(msg))
+                    if kind == "bulk":
+                        assert s.slim_tails  # still sending
+                    s.remove_plugin(name=plugin.name)
+                    if kind == "bulk":
+                        assert not s.slim_tails
+                heard[kind] = plugin.calls
+            assert len(heard["stock"]) > 2000
+            assert heard["bulk"] == heard["stock"]
+
+    asyncio.run(body())

@@ -47,10 +47,11 @@ run stays sorted, its transitions stay as replayed).
 """
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Any
 
 from slimgraph import shim
-from slimgraph.ingest import deliveries, dispatch
+from slimgraph.ingest import deliveries, dispatch, tail
 from slimgraph.ingest.build import Build, generation, task_read, warn_collisions
 from slimgraph.ingest.replay import INLINED, Plan, blame, initial_recommendations
 from slimgraph.ingest.spans import observe
@@ -115,6 +116,8 @@ def commit(state: Any, b: Build, plan: Plan) -> tuple[dict, dict] | None:
     who_wants(state, b)
     owed = _plugins(state, b)
     _transitions(state, b, plan, client_msgs, worker_msgs, owed)
+    if plan.tail is not None:
+        tail.tails(state).add(plan.tail)
     d = owing(state)
     if d:
         d.start()
@@ -338,11 +341,20 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
     distributed's own code makes here) through the deliveries, in stock's
     order: while the hand-offs run they are taken out of the scheduler's
     plugins, so distributed's transition code does not tell them early.
+
+    Hand-offs held in the queue (:func:`slimgraph.ingest.tail.hold`): the
+    commit sends those that fit ``slimgraph.dispatch-slice`` (none while an
+    earlier commit's are still going out), queues the rest and leaves them
+    to ``plan.tail`` (:mod:`slimgraph.ingest.tail`).
     """
     sid = b.sub.stimulus_id
     for tg, moves in plan.moves.values():
         for (old, new), n in moves.items():
             shim.count_moved(tg, old, new, n)
+    held = plan.held_members
+    if held is not None:
+        for tg, n in plan.held_groups.values():
+            shim.count_held(tg, "waiting", "queued", n)
     for dts, lst in plan.outside_waiters.items():
         w = dts.waiters
         if w is None or type(w) is not set or w is dts.dependents:
@@ -392,6 +404,15 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
             made.append((pos, assumed, capture[:]))
         capture.clear()
 
+    deadline = unhold = None
+    if held is not None:
+        deadline = -1.0 if tail.tails(state) else perf_counter() + tail.slice_seconds()
+
+        def unhold(tasks: list) -> None:  # sent by the commit after all
+            for ts in tasks:
+                held.discard(ts)
+            tail.release_held(tasks)
+
     try:
         qi = ni = 0
         bulk = plan.dispatch
@@ -399,10 +420,14 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
             # distributed's own choices, made in the build thread on a
             # shadow of the workers, published in bulk (slimgraph.ingest.dispatch)
             keep_from = None if told_later else first
-            qi, ni = dispatch.publish(state, bulk, plan, sid, worker_msgs, keep_from, made, one, unqueue)
+            qi, ni = dispatch.publish(
+                state, bulk, plan, sid, worker_msgs, keep_from, made, one, unqueue, deadline, unhold
+            )
             plan.dispatched = ni
             state.slim_dispatched += ni
         while True:  # one by one (the rest, if the shadow was wrong somewhere)
+            if deadline is not None and perf_counter() > deadline:
+                break  # the rest in slices, after the commit
             nxt_other = others[ni][0] if ni < len(others) else None
             take_queued = qi < len(queued) and state.idle_task_count
             if take_queued and (nxt_other is None or at[qi] < nxt_other):
@@ -414,6 +439,8 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
                 pos, ts = others[ni]
                 assumed = 0
                 ni += 1
+                if unhold is not None:
+                    unhold([ts])
             else:
                 break
             one(ts, pos, assumed)
@@ -422,6 +449,10 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
         state.plugins = plugins
         if owed_before is not None:
             owed_before.suspended = False
+    if held is not None:
+        state.queued.merge_staged(held, plan.held_sorted, plan.seq_base, plan.seq_span)
+        if ni < len(others):
+            plan.tail = tail.Tail(state, plan, sid, ni, told_later, made if told_later else None)
     if plan.requeued:
         add = state.queued.add
         for ts in queued:
@@ -448,11 +479,13 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
         d = owing(state)
         d.add(owed, told_later)
         if plan.complete:
-            calls = _in_stock_order(entries, made)
+            calls = _in_stock_order(entries, made, plan.tail)
         else:  # no plugin listens to the replay's transitions
-            calls = ((t.key, t.start, t.finish) for _, _, records in made for t in records)
+            calls = _made_in_order(made, plan.tail)
         later = {pair: [p for p in ps if id(p) in told_later] for pair, ps in pairs.items()}
         d.add(deliveries.transition_calls(calls, later, sid, told_later), told_later)
+        if plan.tail is not None:
+            d.gates.append(plan.tail)
 
 
 def _records(entries: list, lo: int, hi: int, sid: str, now: float) -> list:
@@ -461,16 +494,48 @@ def _records(entries: list, lo: int, hi: int, sid: str, now: float) -> list:
     return [shim.Transition(key, start, finish, r, sid, now) for key, start, finish, r in entries[lo:hi]]
 
 
-def _in_stock_order(entries: list, made: list) -> Any:
+def _in_stock_order(entries: list, made: list, tail: Any = None) -> Any:
     """``(key, start, finish)`` of every transition, in stock's order: the
     replay's entries (all of them: ``plan.complete``), with those that
-    distributed's own code made spliced in where they happened."""
+    distributed's own code made spliced in where they happened.
+
+    With a ``tail`` still sending hand-offs (it appends their records to
+    ``made`` as it goes), the entries run up to the first hand-off it has
+    not sent, then :data:`deliveries.WAIT` until it has."""
     cur = 0
-    for pos, assumed, records in made:
-        for key, start, finish, _ in entries[cur:pos]:
-            yield key, start, finish
-        for t in records:
-            yield t.key, t.start, t.finish
-        cur = pos + assumed
+    i = 0
+    while True:
+        if i < len(made):
+            pos, assumed, records = made[i]
+            i += 1
+            for key, start, finish, _ in entries[cur:pos]:
+                yield key, start, finish
+            for t in records:
+                yield t.key, t.start, t.finish
+            cur = pos + assumed
+            continue
+        if tail is None or tail.done or tail.gate_open:
+            break
+        upto = tail.next_pos
+        if upto is not None and upto > cur:
+            for key, start, finish, _ in entries[cur:upto]:
+                yield key, start, finish
+            cur = upto
+        yield deliveries.WAIT
     for key, start, finish, _ in entries[cur:]:
         yield key, start, finish
+
+
+def _made_in_order(made: list, tail: Any = None) -> Any:
+    """``(key, start, finish)`` of the transitions distributed's own code
+    made (and the bulk dispatch), in order; with a ``tail``, as it sends."""
+    i = 0
+    while True:
+        if i < len(made):
+            for t in made[i][2]:
+                yield t.key, t.start, t.finish
+            i += 1
+            continue
+        if tail is None or tail.done or tail.gate_open:
+            return
+        yield deliveries.WAIT

@@ -57,6 +57,10 @@ logger = logging.getLogger("distributed.scheduler")
 
 #: Longest run of plugin calls between two event-loop turns (seconds).
 SLICE = 0.02
+#: What a batch yields when its next call is for a transition that has not
+#: happened yet (ready tasks still being sent after the commit,
+#: :mod:`slimgraph.ingest.tail`): delivery pauses there and comes back.
+WAIT = object()
 #: Tasks per ``GraphLayout.update_graph`` slice.
 LAYOUT_SLICE = 500
 #: Most tasks kept as ghosts (see the module docstring): each slice puts
@@ -86,6 +90,9 @@ class Deliveries:
         #: are put back in while calls are made (the scheduler's tasks)
         self.ghosts: dict = {}
         self._tasks: dict | None = None
+        #: tails whose owed calls wait for ready tasks they have not sent
+        #: yet (slimgraph.ingest.tail): a flush opens them
+        self.gates: list = []
 
     def __bool__(self) -> bool:
         return bool(self.steps)
@@ -100,6 +107,7 @@ class Deliveries:
         if not self.steps:
             self.owed_to = {}
             self.ghosts = {}
+            self.gates = []
 
     def _haunt(self) -> list:
         """Put the ghosts back in the scheduler's tasks (where their keys
@@ -148,15 +156,23 @@ class Deliveries:
         return out
 
     def flush(self) -> None:
-        """Make every owed call now (re-entrant calls do nothing)."""
+        """Make every owed call now (re-entrant calls do nothing).
+
+        Calls waiting for ready tasks a tail has not sent yet do not wait
+        any longer: the gate opens, the calls owed so far are made, and
+        the plugins hear of the tail's later transitions as they happen
+        (a task with edges is being forgotten, typically because the graph
+        was released: most of those ready tasks will never be sent)."""
         if self._flushing:
             return
         self._flushing = True
+        for tail in self.gates:
+            tail.open_gate()
         back = self._haunt()
         try:
             steps = self.steps
             while steps:
-                for _ in steps[0]:
+                for x in steps[0]:
                     pass
                 steps.popleft()
         finally:
@@ -174,12 +190,15 @@ class Deliveries:
         while steps:
             deadline = time.perf_counter() + SLICE
             back = self._haunt()
+            waiting = False
             try:
                 while steps and not self._flushing:
                     step = steps[0]
                     done = True
-                    for _ in step:
-                        if time.perf_counter() > deadline:
+                    for x in step:
+                        if x is WAIT:
+                            waiting = True
+                        if waiting or time.perf_counter() > deadline:
                             done = False
                             break
                     if done:
@@ -189,7 +208,7 @@ class Deliveries:
             finally:
                 self._unhaunt(back)
             self._emptied()
-            await asyncio.sleep(0)
+            await asyncio.sleep(0.005 if waiting else 0)
 
     async def wait(self) -> None:
         """Until everything owed is delivered (tests)."""
@@ -253,7 +272,11 @@ def transition_calls(calls: Iterator[tuple], pairs: dict, sid: str, plugins: dic
     for the plugins listed in ``pairs[(start, finish)]``, or, for another
     transition, those of ``plugins`` that listen to it."""
     pairs = dict(pairs)
-    for key, start, finish in calls:
+    for call in calls:
+        if call is WAIT:
+            yield WAIT
+            continue
+        key, start, finish = call
         ps = pairs.get((start, finish))
         if ps is None:
             ps = pairs[start, finish] = [

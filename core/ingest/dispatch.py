@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from time import monotonic, time
+from time import monotonic, perf_counter, time
 from typing import Any
 
 import dask
@@ -76,6 +76,10 @@ from slimgraph import config, shim
 
 #: where :func:`take_view` puts the scheduler's ``n_tasks``
 _N_TASKS = 5
+
+#: most hand-offs published as one run: a commit that dispatches only
+#: its first slice stops at a run's end
+RUN_MAX = 500
 
 # container names in the recorded changes
 _IDLE, _IDLE_TASK_COUNT, _SATURATED = 0, 1, 2
@@ -155,6 +159,13 @@ class Dispatch:
     #: the pool's size): a commit needs ``n_tasks`` moved by a multiple of
     #: each, else unchanged; empty: any move (it only adds its own count)
     n_tasks_moduli: frozenset = frozenset()
+    #: the hand-offs it covers: ``plan.handoffs[start:end]`` (those a
+    #: slice passed over included)
+    start: int = 0
+    end: int = 0
+    #: the message made for each hand-off, by index (a whole-plan shadow;
+    #: None elsewhere): slices after the commit take them (:func:`shadow`)
+    msg_at: list | None = None
 
     def current(self, state: Any, b: Any = None) -> bool:
         """Whether the workers and the prefix durations are as the shadow
@@ -305,16 +316,34 @@ def _holder(ts: Any) -> Any:
     return holder
 
 
-def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None:
+def shadow(
+    state: Any,
+    b: Any,
+    plan: Any,
+    view: tuple | None,
+    start: int = 0,
+    limit: int | None = None,
+    skip: Any = None,
+    reuse: Dispatch | None = None,
+) -> Dispatch | None:
     """Decide where the commit will send ``plan``'s ready tasks (in the
-    build's worker thread). None: the commit goes one by one."""
+    build's worker thread). None: the commit goes one by one.
+
+    A slice after the commit (:mod:`slimgraph.ingest.tail`, on the event
+    loop) shadows hand-offs from ``plan.handoffs[start]`` on, at most
+    ``limit`` of them, passing over those ``skip(ts)`` says are no longer
+    ready to go, and takes the ``compute-task`` messages ``reuse`` (the
+    build thread's shadow) made where they are still what distributed
+    would make (a message does not depend on the worker chosen, only on
+    the task and where its inputs are: those must be unchanged)."""
     if view is None or not plan.handoffs or b.sub.actors:
         return None
     wviews, running, idle, _, _, n_tasks, nthreads, saturation, occupancy, itc, saturated = view
     if sum(running) != len(wviews):
         return None  # some workers not running: choices need more than the shadow has
     handoffs = plan.handoffs
-    if not all(_qualifies(ts) for _, ts in handoffs):
+    stop = len(handoffs) if limit is None else min(len(handoffs), start + limit)
+    if not all(_qualifies(ts) for _, ts in handoffs[start:stop]):
         return None
     workers = [v[0] for v in wviews]
     prefixes = _Prefixes(state.task_prefixes, b.prefixes)
@@ -339,12 +368,15 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
     steps: list = []
     runs: list = []
     run: Run | None = None
-    qi = ni = 0
+    qi, ni = 0, start
     holders: dict = {}
     moduli: set = set()
+    msg_at = [None] * len(handoffs) if limit is None else None
+    old_msgs = reuse.msg_at if reuse is not None else None
+    old_holders = reuse.holders if reuse is not None else None
     terminate = None
     while True:
-        nxt = handoffs[ni][0] if ni < len(handoffs) else None
+        nxt = handoffs[ni][0] if ni < stop else None
         sh.step = len(steps)
         if qi < len(queued) and sh.idle_task_count and (nxt is None or at[qi] < nxt):
             ts = queued[qi]
@@ -357,6 +389,9 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
         if nxt is None:
             break
         ts = handoffs[ni][1]
+        if skip is not None and skip(ts):
+            ni += 1
+            continue
         deps = ts.dependencies
         if deps:
             # distributed's decide_worker: a single candidate is taken as is
@@ -379,7 +414,7 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
             sw = sh.decide_worker_non_rootish(ts)
             if sh.n_tasks_read:
                 _note_round_robin(sh, ts, sw, moduli)
-        if run is None:
+        if run is None or run.end - run.start >= RUN_MAX:
             run = Run(start=len(steps), end=len(steps))
             runs.append(run)
         tg = ts.group
@@ -402,7 +437,16 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
             if deps:
                 run.with_deps = True
             _added(sh, sw, ts)
-            msg = shim.task_to_msg(sh, ts)
+            msg = old_msgs[ni] if old_msgs is not None else None
+            if msg is not None and deps:
+                for dts in deps:
+                    if old_holders.get(dts) != (ws, dts.nbytes):
+                        msg = None
+                        break
+            if msg is None:
+                msg = shim.task_to_msg(sh, ts)
+            if msg_at is not None:
+                msg_at[ni] = msg
             run.msgs[w].append(msg)
             run.order.append(ts)
             run.order_msgs.append(msg)
@@ -420,6 +464,9 @@ def shadow(state: Any, b: Any, plan: Any, view: tuple | None) -> Dispatch | None
         has_span_id=has_span_id,
         holders=holders,
         n_tasks_moduli=frozenset(moduli),
+        start=start,
+        end=ni,
+        msg_at=msg_at,
     )
 
 
@@ -461,6 +508,8 @@ def publish(
     made: list,
     one: Any,
     unqueue: Any,
+    deadline: float | None = None,
+    unhold: Any = None,
 ) -> tuple[int, int]:
     """Publish ``d`` on ``state`` (the commit; :meth:`Dispatch.holds` was
     checked). ``one(ts, pos, assumed)`` sends a queued root-ish task through
@@ -470,9 +519,12 @@ def publish(
 
     Appends ``(pos, 0, records)`` to ``made`` for the hand-offs' kept log
     entries (``one`` appends those of queued tasks, in between). Returns
-    ``(queued taken, hand-offs sent)``: where one-by-one dispatch continues
+    ``(queued taken, next hand-off)``: where one-by-one dispatch continues
     (all of it done, unless a queued task went to another worker than the
-    shadow's).
+    shadow's, or ``deadline`` (``time.perf_counter``) passed: then it stops
+    at the end of a run). ``unhold(tasks)``: called with each run's tasks
+    before it is published, when they were held in the queue
+    (:mod:`slimgraph.ingest.tail`).
     """
     steps = d.steps
     handoffs = plan.handoffs
@@ -482,10 +534,12 @@ def publish(
     runs = iter(d.runs)
     changes = d.changes
     ci = 0
-    qi = ni = 0
+    qi, ni = 0, d.start
     s = 0
     n = len(steps)
     while s < n:
+        if deadline is not None and perf_counter() > deadline:
+            return qi, ni
         kind, i, w = steps[s]
         if kind == 1:
             ts = queued[i]
@@ -501,10 +555,12 @@ def publish(
             continue
         run = next(runs)
         assert run.start == s
+        if unhold is not None:
+            unhold([handoffs[steps[k][1]][1] for k in range(run.start, run.end)])
         ci = _publish_run(state, d, run, plan, sid, worker_msgs, keep_from, made, ci)
-        ni += run.end - run.start
+        ni = steps[run.end - 1][1] + 1
         s = run.end
-    return qi, ni
+    return qi, d.end
 
 
 def _publish_run(

@@ -58,7 +58,7 @@ from typing import Any
 
 from slimgraph import config, shim
 from slimgraph.ingest import apply as applier
-from slimgraph.ingest import dispatch, pacing
+from slimgraph.ingest import dispatch, pacing, tail
 from slimgraph.ingest.build import build
 from slimgraph.ingest.index import lost_keys, prepare
 from slimgraph.ingest.protocol import IngestTarget
@@ -92,6 +92,8 @@ class Pipeline:
         #: shielded from explicit collections (slimgraph.runtime.gcpolicy)
         self.policy = "stock"
         self.shielded = False
+        #: the ready tasks the commit left to send in slices (None: none)
+        self.tail = None
 
     async def run(
         self,
@@ -268,6 +270,7 @@ class Pipeline:
                     return b, None
                 with rec.phase("transitions", where="offload") as p:
                     plan = replay(s, b, seq_base, complete)
+                    tail.hold(s, b, plan)
                     p.tasks = len(b.new)
                 return b, plan
 
@@ -296,6 +299,7 @@ class Pipeline:
                         p.tasks = len(b.new)
                 if msgs is not None:
                     self.ingested = "staged"
+                    self.tail = plan.tail
                     return b, plan
                 why = f"the state changed during the build: {plan.refused}"
         self.ingested = f"in place: {why}"

@@ -111,13 +111,26 @@ class Plan:
     dispatched: int = 0
     #: why the staged commit refused the build (None: not refused)
     refused: str | None = None
+    #: the hand-offs the commit left to be sent in slices after it
+    #: (:mod:`slimgraph.ingest.tail`); None: it sent them all
+    tail: Any = None
+    #: hand-offs held in the queue until sent (:func:`slimgraph.ingest.tail.hold`):
+    #: all of them, sorted as the queue wants them; {id(group): [group, n]}
+    held_members: Any = None
+    held_sorted: Any = None
+    held_groups: Any = None
 
     def temporaries(self) -> list:
         """Big containers only this plan holds (see slimgraph.runtime.disposal).
-        Not the sorted run or its members: the scheduler's queue adopts them."""
-        out = [self.queued, self.queued_at, self.handoffs]
+        Not the sorted run or its members: the scheduler's queue adopts them;
+        not the hand-offs while a tail sends them (it frees them after)."""
+        out = [self.queued, self.queued_at]
+        if self.tail is None or self.tail.done:
+            out.append(self.handoffs)
         if self.dispatch is not None:
             out += self.dispatch.temporaries()
+            if self.dispatch.msg_at is not None and (self.tail is None or self.tail.done):
+                out.append(self.dispatch.msg_at)
         return out
 
 

@@ -201,6 +201,12 @@ class SubmissionRecord:
     #: "layers", "reason"}`` (``path``: ``compact``, ``kept`` or ``dask``;
     #: consecutive one-task layers of one kind folded into one entry)
     layers: list = field(default_factory=list)
+    #: ready tasks a staged commit left to be sent after it, in slices
+    #: (slimgraph.ingest.tail): ``{"tasks", "in_bulk", "slices", "seconds" (from the
+    #: commit until the last was sent), "longest_slice_s", "done"}``; None:
+    #: the commit sent them all. ``longest_block_s`` counts the longest
+    #: slice too.
+    sent_in_slices: dict | None = None
 
     def phase(self, name: str, where: str = "event-loop") -> PhaseClock:
         for p in self.phases:

@@ -74,6 +74,8 @@ class SlimSchedulerState(TransitionHook):
     #: ready tasks staged commits have sent to workers (or to no-worker) in
     #: bulk so far (slimgraph.ingest.dispatch), not one by one
     slim_dispatched: int = 0
+    #: staged commits' ready tasks still to send, in slices (slimgraph.ingest.tail)
+    slim_tails: Any = None
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.slim_lazy = bool(config.get("lazy-containers"))

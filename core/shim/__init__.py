@@ -215,6 +215,18 @@ def count_moved(tg: TaskGroup, old: str, new: str, n: int = 1) -> None:
     tp.state_counts[new] += n
 
 
+def count_held(tg: TaskGroup, old: str, new: str, n: int = 1) -> None:
+    """``n`` tasks of ``tg`` held from ``old`` in ``new`` without a
+    transition: the state counts move, the prefix's cumulative
+    ``state_counts`` (transitions made) do not (slimgraph.ingest.tail)."""
+    gs = tg.states
+    gs[old] -= n
+    gs[new] += n
+    ps = tg.prefix.states
+    ps[old] -= n
+    ps[new] += n
+
+
 def count_unmoved(tg: TaskGroup, old: str, new: str, n: int = 1) -> None:
     """Undo :func:`count_moved` entirely, including the prefix's cumulative
     ``state_counts`` (a staged queued task that goes to a worker instead)."""
