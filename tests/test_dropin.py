@@ -327,7 +327,7 @@ def test_nothing_leaks_after_release(clusters):
     # task states alive before (earlier scenarios on this cluster) are not
     # this test's business; those its graphs create must all go
     before = {id(o) for o in gc.get_objects() if type(o) is SlimTaskState}
-    for _ in range(3):
+    for _ in range(2):
         x = (da.ones((240, 240), chunks=4) + 1).sum()  # ~5k tasks
         assert float(client.compute(x).result()) == 115200.0
         del x

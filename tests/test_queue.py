@@ -57,17 +57,25 @@ def test_same_as_heapset(prio_list, operations):
     refs = [Ref(i, p) for i, p in enumerate(prio_list)]
     ref = HeapSet(key=operator.attrgetter("priority"))
     q = TaskQueue()
+    # Tasks taken by ``popright`` are not queued again: HeapSet keeps a
+    # discarded element's entry and revives it when the element comes back,
+    # TaskQueue's ``popright`` drops its entry. distributed never calls
+    # ``popright`` on its queue; the test compares what both guarantee.
+    gone: set = set()
     for op, i, n in operations:
         if op in ("add", "add_deferred"):
+            if i in gone:
+                continue
             ref.add(refs[i])
             getattr(q, op)(tasks[i])
         elif op == "merge":
             # a staged ingestion's run: up to n tasks not queued yet, queued
             # in index order (a number is reserved before some other add)
             # (only tasks never queued here: a staged run is new tasks)
-            batch = [t for t in tasks[i : i + n] if t not in q and t._qseq is None]
+            batch = [t for t in tasks[i : i + n] if t not in q and t._qseq is None and idx(t) not in gone]
             base = q.reserve(len(batch))
-            if i % 2 and tasks[(i + 7) % 20] not in q and tasks[(i + 7) % 20] not in batch:
+            o = (i + 7) % 20
+            if i % 2 and tasks[o] not in q and tasks[o] not in batch and o not in gone:
                 other = tasks[(i + 7) % 20]  # queued during the build
                 ref.add(refs[idx(other)])
                 q.add(other)
@@ -93,6 +101,7 @@ def test_same_as_heapset(prio_list, operations):
             if ref:
                 x = q.popright()
                 ref.discard(refs[idx(x)])
+                gone.add(idx(x))
                 if ref:
                     assert x.priority >= ref.peek().priority
         elif op == "sorted":

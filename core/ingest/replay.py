@@ -51,7 +51,7 @@ from slimgraph import shim
 from slimgraph.ingest.build import Build
 from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.containers import Edges, freeze
-from slimgraph.model.queue import sort_key
+from slimgraph.model.queue import staged_run
 from slimgraph.model.taskstate import sorted_by_priority
 
 #: Extra transition-log entries kept in a plan's tail: a root-ish task sent
@@ -391,14 +391,8 @@ class _Replay:
         )
 
     def _order_queue_run(self) -> None:
-        """Number the queued tasks and sort them.
-
-        Sequence numbers only break ties between equal priorities. Within
-        one submission priorities are normally distinct, so all its queued
-        tasks share one number (one int object instead of one per task);
-        if some tie, each gets its own, in visit order, from the reserved
-        range.
-        """
+        """Number the queued tasks and sort them (``staged_run``: in visit
+        order, from the reserved range)."""
         plan = self.plan
         run = plan.queued
         base = plan.seq_base
@@ -408,12 +402,5 @@ class _Replay:
         if plan.requeued:
             plan.queued_members = set(run)
             return
-        for ts in run:
-            ts._qseq = base
-        ordered = sorted_by_priority(run)
-        if ordered is None:
-            for i, ts in enumerate(run):
-                ts._qseq = base + i
-            ordered = sorted(run, key=sort_key)
         plan.queued_members = set(run)
-        plan.queued_sorted = ordered
+        plan.queued_sorted = staged_run(run, base)

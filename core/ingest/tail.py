@@ -99,29 +99,21 @@ def hold(state: Any, b: Any, plan: Any) -> None:
     state, their order in the queue (priority, then the submission's
     reserved sequence numbers, as :meth:`TaskQueue.merge_staged` wants),
     the group counts to move when publishing."""
-    from slimgraph.model.queue import sort_key
-    from slimgraph.model.taskstate import sorted_by_priority
+    from slimgraph.model.queue import staged_run
 
     if not wanted(state, b, plan):
         return
     run = [ts for _, ts in plan.handoffs]
-    base = plan.seq_base
     groups: dict = {}
     for ts in run:
-        ts._qseq = base
         ts._state = "queued"
         g = groups.get(id(ts.group))
         if g is None:
             groups[id(ts.group)] = [ts.group, 1]
         else:
             g[1] += 1
-    ordered = sorted_by_priority(run)
-    if ordered is None:
-        for i, ts in enumerate(run):
-            ts._qseq = base + i
-        ordered = sorted(run, key=sort_key)
     plan.held_members = set(run)
-    plan.held_sorted = ordered
+    plan.held_sorted = staged_run(run, plan.seq_base)
     plan.held_groups = groups
 
 

@@ -303,3 +303,24 @@ class TaskQueue:
 def sort_key(ts: Any) -> tuple:
     """The order ``SlimTaskState.__lt__`` defines, as a C-comparable tuple."""
     return (ts.priority, ts._qseq)
+
+
+def staged_run(run: list, base: int) -> list:
+    """Number a staged ingestion's queued tasks from ``base`` (reserved by
+    :meth:`TaskQueue.reserve`) and return them sorted for
+    :meth:`TaskQueue.merge_staged`.
+
+    Sequence numbers only break ties between equal priorities. Within one
+    submission priorities are normally distinct, so all its tasks share
+    one number (one int object instead of one per task); if some tie, each
+    gets its own, in ``run``'s order."""
+    from slimgraph.model.taskstate import sorted_by_priority
+
+    for ts in run:
+        ts._qseq = base
+    ordered = sorted_by_priority(run)
+    if ordered is None:
+        for i, ts in enumerate(run):
+            ts._qseq = base + i
+        ordered = sorted(run, key=sort_key)
+    return ordered
