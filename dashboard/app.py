@@ -87,11 +87,12 @@ class RssView:
 
     def __init__(self, kinds: tuple[str, ...]):
         from bokeh.models import ColumnDataSource, DataRange1d, HoverTool
+        from bokeh.models import Title
         from bokeh.plotting import figure
 
         self.sources = {k: ColumnDataSource({"time": [], "mb": []}, name=f"sg-rss-{k}") for k in kinds}
         self.shade = ColumnDataSource({"left": [], "right": [], "kind": [], "color": []}, name="sg-ingestions")
-        fig = figure(title="RSS of each scheduler process (shaded: update_graph running)",
+        fig = figure(title=Title(text="RSS of each scheduler process (shaded: update_graph running)"),
                      x_axis_type="datetime", y_axis_label="MiB", height=240, sizing_mode="stretch_width",
                      y_range=DataRange1d(start=0), tools="xpan,xwheel_zoom,reset,save",
                      toolbar_location="right")  # fmt: skip

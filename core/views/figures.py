@@ -53,8 +53,15 @@ def _figure(sizing_mode: str | None, width: int, **kw: Any):
     """A figure ``width`` wide (or following ``sizing_mode``); with
     ``stretch_both`` it fills its container both ways, as dask's own
     individual pages do (no fixed height: only a minimum)."""
+    from bokeh.models import Title
     from bokeh.plotting import figure
 
+    if isinstance(kw.get("title"), str):
+        # a Title, not a string for bokeh to convert: bokeh skips that
+        # conversion while its process-wide validation flag is off, which
+        # distributed's dashboard turns off and on from the scheduler's
+        # thread (an in-process scheduler), and ``title.text`` then fails
+        kw["title"] = Title(text=kw["title"])
     height = kw.pop("height", 300)
     if sizing_mode == "stretch_both":
         kw["sizing_mode"] = sizing_mode
