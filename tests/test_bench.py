@@ -96,3 +96,16 @@ def test_floor_materializes_what_the_scheduler_keeps(tmp_path):
     assert ntasks >= 2 * 128 - 1
     assert floor["tasks"] == ntasks
     assert floor["bare_loop_seconds"] > 0
+
+
+def test_client_mode_refuses_only_instead_of_ignoring_it():
+    """``--only`` picks one kind in engine mode; client mode always runs both
+    (its table is their ratios), so asking for one is an error, not a
+    15-minute run of both."""
+    import pytest
+
+    from slimgraph.bench.runner import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--mode", "client", "--only", "slim", "--tasks", "10"])
+    assert e.value.code == 2

@@ -267,3 +267,52 @@ def test_an_explicit_collection_during_a_staged_ingestion(monkeypatch, frozen_af
     with dask.config.set({"slimgraph.gc-freeze-tasks": 50 if frozen_after else 10**9, "slimgraph.offload-min-tasks": 0,
                           "slimgraph.offload-min-bytes": 0}):
         asyncio.run(body())
+
+
+def _long_lived(n: int) -> list:
+    """``n`` tracked objects that survive collections (not garbage)."""
+    return [[i] for i in range(n)]
+
+
+@pytest.mark.parametrize("full_max, refrozen", [(0.0, True), (3600.0, False)], ids=["over-the-limit", "under-it"])
+def test_a_long_full_collection_under_a_big_freeze_makes_the_next_freeze_first(full_max, refrozen):
+    """While a big ingestion's freeze lasts, objects made afterwards (a tail
+    of ready tasks, results) reach the oldest generation unfrozen. A full
+    collection longer than ``full_max`` makes the next one freeze first:
+    it then traverses nothing, and the survivors join the freeze until
+    idle. Young garbage is still collected; shorter collections change
+    nothing."""
+    gc.collect()
+    gcpause.hold()  # only the collections below (none of the allocations')
+    gcpause.freeze_until_idle(full_max)
+    try:
+        gc.collect()  # full, timed: longer than 0 s, shorter than an hour
+        frozen = gc.get_freeze_count()
+        before = gcpause.refreezes
+        keep = _long_lived(200_000)
+        ref = _garbage()
+        gc.collect(0)  # a young collection: never a freeze
+        assert ref() is None and gcpause.refreezes == before
+        ref = _garbage()
+        gc.collect()
+        assert gcpause.refreezes == before + refrozen
+        if refrozen:
+            assert gc.get_freeze_count() >= frozen + len(keep)
+            assert ref() is not None  # kept with the freeze ...
+        else:
+            assert gc.get_freeze_count() == frozen
+            assert ref() is None
+    finally:
+        gcpause.release()
+        gcpause.on_idle()
+    assert gc.get_freeze_count() == 0
+    # idle forgets the last full collection: a new freeze starts afresh
+    gcpause.freeze_until_idle(0.0)
+    try:
+        with gcpause.paused():
+            gc.collect()
+        assert gcpause.refreezes == before + refrozen
+    finally:
+        gcpause.on_idle()
+    gc.collect()
+    assert ref() is None  # ... until idle

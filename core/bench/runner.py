@@ -299,6 +299,8 @@ def main(argv: list[str] | None = None) -> None:
                          "distributed.span, with dask's dashboard pages open (unless --no-load)")
     a = ap.parse_args(argv)
     if a.mode == "client":
+        if a.only:
+            ap.error("--only is for --mode engine: client mode runs stock and slim, one after the other, for its ratios")
         from slimgraph.bench.e2e import bench_client, format_client_table
 
         print(format_client_table(

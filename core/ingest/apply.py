@@ -357,6 +357,11 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
             shim.count_held(tg, "waiting", "queued", n)
     for dts, lst in plan.outside_waiters.items():
         w = dts.waiters
+        if type(lst) is tuple:
+            lst, made_ahead = lst
+            if w is None:  # still none: the set the replay made, by insertion as below
+                dts.waiters = made_ahead
+                continue
         if w is None or type(w) is not set or w is dts.dependents:
             w = set(w or ())
         w.update(lst)
@@ -460,20 +465,9 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
                 add(ts)
     else:
         state.queued.merge_staged(members, plan.queued_sorted, plan.seq_base, plan.seq_span)
-    # the log: the replay's entries, with those of the tasks above spliced in
-    now = plan.now
     if type(entries) is not list:
         entries = list(entries)
-    out: list = []
-    cur = first
-    for pos, assumed, records in made:
-        if pos < first:
-            continue  # before the log's tail (kept only for the plugins)
-        out.extend(_records(entries, cur - first, pos - first, sid, now))
-        out.extend(records)
-        cur = pos + assumed
-    out.extend(_records(entries, cur - first, len(entries), sid, now))
-    log.extend(out)
+    log.extend(_log_tail(entries, first, made, sid, plan.now, getattr(log, "maxlen", None)))
     state.transition_counter += plan.n_entries - assumed_total
     if told_later:
         d = owing(state)
@@ -486,6 +480,44 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
         d.add(deliveries.transition_calls(calls, later, sid, told_later), told_later)
         if plan.tail is not None:
             d.gates.append(plan.tail)
+
+
+def _log_tail(entries: list, first: int, made: list, sid: str, now: float, maxlen: int | None) -> list:
+    """The log records of this commit, as many as a log of ``maxlen`` keeps:
+    the replay's entries (from log position ``first``), with the records
+    distributed's own code made spliced in at their positions. Only the
+    kept ones are made (with a plugin listening to every transition the
+    replay keeps them all: 1M records made to be dropped cost the commit
+    1 s)."""
+    parts: list = []  # (lo, hi) of entries, or a list of records; in log order
+    cur = first
+    for pos, assumed, records in made:
+        if pos < first:
+            continue  # before the log's tail (kept only for the plugins)
+        if cur < pos:
+            parts.append((cur - first, pos - first))
+        if records:
+            parts.append(records)
+        cur = pos + assumed
+    if cur - first < len(entries):
+        parts.append((cur - first, len(entries)))
+    need = float("inf") if maxlen is None else maxlen
+    kept: list = []
+    for part in reversed(parts):
+        if need <= 0:
+            break
+        if type(part) is tuple:
+            lo, hi = part
+            if hi - lo > need:
+                lo = hi - int(need)
+            kept.append(_records(entries, lo, hi, sid, now))
+        else:
+            kept.append(part if len(part) <= need else part[len(part) - int(need):])
+        need -= len(kept[-1])
+    out: list = []
+    for part in reversed(kept):
+        out.extend(part)
+    return out
 
 
 def _records(entries: list, lo: int, hi: int, sid: str, now: float) -> list:

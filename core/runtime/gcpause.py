@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+from time import perf_counter
 from typing import Iterator
 
 __all__ = ["hold", "release", "paused", "holds", "shield", "unshield"]
@@ -75,24 +76,48 @@ def paused() -> Iterator[None]:
 # of the frozen objects into the oldest generation, which the next full
 # collection then cleans).
 
+#
+# While the freeze lasts, the scheduler keeps making long-lived objects: a
+# big graph's ready tasks going out after the commit, results coming back
+# (who_has sets, processing entries, log records). They reach the oldest
+# generation unfrozen, and each full collection traverses all of them: in
+# the tail of a 1M-task array ingestion, full collections grew from 0.24 s
+# to 2.1 s, each one a block of the event loop. So while frozen, a full
+# collection that follows one that took longer than
+# ``slimgraph.gc-full-max`` freezes first (in the collector's "start"
+# callback, below): what survived two young collections joins the freeze,
+# until the scheduler is idle. Young collections run as ever, and collect
+# young garbage; a full one stays short.
+
 _frozen = False
+#: ``slimgraph.gc-full-max`` in seconds, read when a freeze begins
+_full_max = float("inf")
+#: how long the last full collection took, and when the current one began
+_last_full = 0.0
+_full_began = 0.0
+#: full collections that froze first, since the import (for diagnostics)
+refreezes = 0
 
 
-def freeze_until_idle() -> None:
-    """Freeze every tracked object until a slim scheduler goes idle."""
-    global _frozen
+def freeze_until_idle(full_max: float = float("inf")) -> None:
+    """Freeze every tracked object until a slim scheduler goes idle; until
+    then, keep full collections under about ``full_max`` seconds (see above)."""
+    global _frozen, _full_max
     with _lock:
         gc.freeze()
         _frozen = True
+        _full_max = full_max
 
 
 def on_idle() -> None:
     """A slim scheduler holds no tasks any more: end a freeze, if any."""
-    global _frozen
+    global _frozen, _full_max, _last_full
     with _lock:
         if _frozen and _depth == 0:
             gc.unfreeze()
             _frozen = False
+            _full_max = float("inf")
+            _last_full = 0.0
 
 
 def frozen() -> bool:
@@ -121,10 +146,19 @@ _shielded = False
 
 
 def _before_collection(phase: str, info: dict) -> None:
-    global _shielded
-    if phase == "start" and _shields:
-        gc.freeze()
-        _shielded = True
+    global _shielded, _full_began, _last_full, refreezes
+    full = info.get("generation") == 2
+    if phase == "start":
+        if _shields:
+            gc.freeze()
+            _shielded = True
+        elif full and _frozen and _last_full > _full_max:
+            gc.freeze()
+            refreezes += 1
+        if full:
+            _full_began = perf_counter()
+    elif full:
+        _last_full = perf_counter() - _full_began
 
 
 gc.callbacks.append(_before_collection)

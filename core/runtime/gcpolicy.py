@@ -14,6 +14,8 @@ runs) are safe because :mod:`~slimgraph.runtime.gcpause` counts the holds.
 """
 from __future__ import annotations
 
+from dask.utils import parse_timedelta
+
 from slimgraph import config
 from slimgraph.runtime import gcpause
 
@@ -55,7 +57,7 @@ def exit(policy: str, new_tasks: int = 0, shielded: bool = False) -> None:
         # own exit: a freeze keeps only cyclic garbage.) Frozen before the
         # collector is back on, so that no collection can start in between
         # and traverse them after all.
-        gcpause.freeze_until_idle()
+        gcpause.freeze_until_idle(float(parse_timedelta(config.get("gc-full-max"), default="s")))
     if shielded:
         gcpause.unshield()
     gcpause.release()

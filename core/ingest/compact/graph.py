@@ -42,6 +42,9 @@ NODE = 4
 #: a legacy task kept as ``(Skeleton, key, ...)`` (see legacy.Skeleton)
 TEMPLATE = 5
 
+#: keys per step of :meth:`CompactGraph.positions`
+_POSITIONS_STEP = 50_000
+
 
 @dataclass
 class LayerReport:
@@ -425,8 +428,17 @@ class CompactGraph:
         return DependencySets(self)
 
     def positions(self) -> dict:
-        """key -> index (a temporary for the engine; not kept here)."""
-        return dict(zip(self.keys, range(len(self.keys))))
+        """key -> index (a temporary for the engine; not kept here). Made in
+        steps: one ``dict(zip(...))`` of a million keys is one C call that
+        holds the GIL for 0.3 s, a block of the event loop although it runs
+        in the build thread; between steps the interpreter can switch."""
+        keys = self.keys
+        out: dict = {}
+        update = out.update
+        for lo in range(0, len(keys), _POSITIONS_STEP):
+            hi = lo + _POSITIONS_STEP
+            update(zip(keys[lo:hi], range(lo, hi)))
+        return out
 
     def to_dict(self) -> dict:
         """``{key: run_spec}``: stock's materialized dict, built (tests)."""
