@@ -273,14 +273,14 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     time.sleep(max(0.0, rec.start + rec.total_s + compute_seconds - time.time()))
                     t_done = value = None
                     key = fut.key
-                    fut.cancel()
+                    t_cancel = time.time()
+                    fut.cancel()  # (an RPC: it returns once the scheduler has released the graph)
             cancel_seconds = None
             if t_done is None:
                 # releasing the whole graph is a block of its own (stock's
                 # transitions; slim also makes the plugin calls still owed):
                 # from the cancel until the scheduler answers without the key
-                # (the cancel goes by the client's stream, this by RPC)
-                t = time.time()
+                t = t_cancel
                 while client.run_on_scheduler(_has_key, key=key) and time.time() - t < 900:
                     time.sleep(0.05)
                 cancel_seconds = time.time() - t
