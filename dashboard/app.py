@@ -86,8 +86,7 @@ class RssView:
     """RSS of each scheduler process (one named source per engine), ingestions shaded."""
 
     def __init__(self, kinds: tuple[str, ...]):
-        from bokeh.models import ColumnDataSource, DataRange1d, HoverTool
-        from bokeh.models import Title
+        from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, Title
         from bokeh.plotting import figure
 
         self.sources = {k: ColumnDataSource({"time": [], "mb": []}, name=f"sg-rss-{k}") for k in kinds}

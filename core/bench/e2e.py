@@ -280,10 +280,9 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                 # releasing the whole graph is a block of its own (stock's
                 # transitions; slim also makes the plugin calls still owed):
                 # from the cancel until the scheduler answers without the key
-                t = t_cancel
-                while client.run_on_scheduler(_has_key, key=key) and time.time() - t < 900:
+                while client.run_on_scheduler(_has_key, key=key) and time.time() - t_cancel < 900:
                     time.sleep(0.05)
-                cancel_seconds = time.time() - t
+                cancel_seconds = time.time() - t_cancel
             # (after the load: other users' figures cover the submission
             # and the computation, up to the cut, as they always did)
             rec = _final_record(client, rec)

@@ -172,7 +172,7 @@ class Deliveries:
         try:
             steps = self.steps
             while steps:
-                for x in steps[0]:
+                for _ in steps[0]:
                     pass
                 steps.popleft()
         finally:

@@ -202,9 +202,10 @@ class Tail:
         return self.plan.handoffs[self.ni][0]
 
     def gone(self, ts: Any) -> bool:
-        """No longer held (released, forgotten, or taken from the queue by
-        distributed itself meanwhile)."""
-        return ts._state != "queued" or self.state.tasks.get(ts.key) is not ts or ts not in self.state.queued
+        """No longer held: released, forgotten, or taken from the queue by
+        distributed itself meanwhile (each changes its state: a ``queued``
+        task is in the queue, as ``validate_state`` checks)."""
+        return ts._state != "queued" or self.state.tasks.get(ts.key) is not ts
 
     def unhold(self, tasks: list) -> None:
         """Take held ``tasks`` out of the queue, ready to be sent now."""
