@@ -30,6 +30,12 @@ def phase_table(rec: Any) -> str:
     lines.append(f"{'total':<20}{rec.total_s:>10.3f}{'':>10}{rec.total_s / n * 1e6:>10.2f}")
     if rec.longest_block_s is not None:
         lines.append(f"longest event-loop block: {rec.longest_block_s:.3f} s")
+        causes = getattr(rec, "block_causes", None)
+        if causes is not None:
+            if not causes:
+                lines.append("  no block of 50 ms or more")
+            for cause, c in sorted(causes.items(), key=lambda kv: -kv[1]["seconds"]):
+                lines.append(f"  longest of cause {cause}: {c['seconds']:.3f} s  [{c['label']}]")
     if rec.rss_before is not None and rec.rss_after is not None:
         lines.append(f"scheduler RSS growth: {(rec.rss_after - rec.rss_before) / n:,.0f} B/task")
     if getattr(rec, "materialization", None):

@@ -110,6 +110,49 @@ class RssView:
         self.figure = fig
 
 
+class BlocksView:
+    """Each scheduler's event-loop blocks (50 ms or more) on the RSS chart's
+    time axis, one row per engine, coloured by cause
+    (:mod:`slimgraph.instrument.blame`): which blocks were the ingestion's
+    own, dask's calls, collections, or other handlers such as dask's
+    dashboard pages."""
+
+    def __init__(self, kinds: tuple[str, ...], x_range) -> None:
+        from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Title
+        from bokeh.plotting import figure
+
+        self.source = ColumnDataSource({"kind": [], "left": [], "right": [], "seconds": [],
+                                        "cause": [], "label": [], "color": []}, name="sg-blocks")  # fmt: skip
+        fig = figure(title=Title(text="event-loop blocks of 50 ms or more, by cause (hover: what ran)"),
+                     x_axis_type="datetime", y_range=FactorRange(*reversed(kinds)),
+                     height=150 + 10 * len(kinds), sizing_mode="stretch_width",
+                     tools="xpan,xwheel_zoom,reset,save", toolbar_location="right",
+                     **({} if x_range is None else {"x_range": x_range}))  # fmt: skip
+        r = fig.hbar(y="kind", left="left", right="right", height=0.7, source=self.source,
+                     fill_color="color", line_color="color", legend_field="cause")  # fmt: skip
+        fig.xaxis.formatter = _time_formatter()
+        fig.xaxis.ticker.desired_num_ticks = 6
+        fig.legend.orientation = "horizontal"
+        fig.legend.location = "top_left"
+        fig.legend.label_text_font_size = "8pt"
+        fig.add_tools(HoverTool(renderers=[r], tooltips=[
+            ("engine", "@kind"), ("block", "@seconds{0.000} s"), ("cause", "@cause"), ("what ran", "@label")]))
+        self.figure = fig
+
+    def add(self, kind: str, blocks: list) -> None:
+        from slimgraph.views.palette import CAUSE_COLORS
+
+        self.source.stream({
+            "kind": [kind] * len(blocks),
+            "left": [(b["wall_end"] - b["seconds"]) * 1000 for b in blocks],
+            "right": [b["wall_end"] * 1000 for b in blocks],
+            "seconds": [b["seconds"] for b in blocks],
+            "cause": [b["cause"] for b in blocks],
+            "label": [b["label"] for b in blocks],
+            "color": [CAUSE_COLORS.get(b["cause"], "#BBBBBB") for b in blocks],
+        }, 4000)
+
+
 def _time_formatter():
     from bokeh.models import DatetimeTickFormatter
 
@@ -135,6 +178,9 @@ class App:
         self._seen = dict.fromkeys(self.kinds, 0)
         self._rss_seq = dict.fromkeys(self.kinds, 0)
         self._rss_last = dict.fromkeys(self.kinds, 0.0)
+        self._blocks_seq = dict.fromkeys(self.kinds, 0)
+        self._blocks_last = dict.fromkeys(self.kinds, 0.0)
+        self.blocks: BlocksView | None = None
         self._tree_seq = dict.fromkeys(self.kinds, -1)
         self._lazy_seq = dict.fromkeys(self.kinds, 0)
         self._lazy_last = dict.fromkeys(self.kinds, 0.0)
@@ -202,6 +248,7 @@ class App:
     def _build_figures(self) -> None:
         self.views = Views(kinds=self.kinds, sizing_mode="stretch_width")
         self.rss = RssView(self.kinds)
+        self.blocks = BlocksView(self.kinds, self.rss.figure.x_range)
         self._style_figures()
 
     def _style_figures(self) -> None:
@@ -272,6 +319,8 @@ class App:
             pn.Card(brow([self.views.memory[k].figure for k in self.kinds]),
                     pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
                     title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip
+            pn.Card(pn.pane.Bokeh(self.blocks.figure, sizing_mode="stretch_width"),
+                    title="Event-loop blocks (same time axis as the RSS chart)", sizing_mode="stretch_width"),  # fmt: skip
             pn.Card(brow([self.views.lazy[k].figure for k in self.kinds]),
                     brow([self.views.lazy_attrs[k].figure for k in self.kinds]),
                     title="Lazy containers", sizing_mode="stretch_width"),  # fmt: skip
@@ -436,6 +485,12 @@ class App:
                 if pts:
                     self._rss_last[k] = pts[-1][0]
                     self.rss.sources[k].stream({"time": [p[0] for p in pts], "mb": [p[1] for p in pts]}, 3000)
+            if snap.blocks_seq != self._blocks_seq[k]:
+                self._blocks_seq[k] = snap.blocks_seq
+                new_blocks = [b for b in list(snap.blocks) if b["wall_end"] > self._blocks_last[k]]
+                if new_blocks:
+                    self._blocks_last[k] = new_blocks[-1]["wall_end"]
+                    self.blocks.add(k, new_blocks)
             if snap.lazy_seq != self._lazy_seq[k]:
                 self._lazy_seq[k] = snap.lazy_seq
                 pts = [p for p in list(snap.lazy_points) if p["time"] > self._lazy_last[k]]

@@ -49,6 +49,8 @@ MEMORY_SAMPLE = 2000
 SLICE_S = 0.01
 #: RSS points kept per engine (at PERIOD_S: 25 minutes).
 RSS_POINTS = 3000
+#: blocks kept per engine for the blocks strip
+BLOCK_POINTS = 2000
 
 
 @dataclass
@@ -128,6 +130,11 @@ class EngineSnapshot:
     lazy_points: deque = field(default_factory=lambda: deque(maxlen=2000))
     lazy_seq: int = 0
     lazy_attrs: dict | None = None
+    #: the scheduler's event-loop blocks of 50 ms or more, with their causes
+    #: (``loop_blocks`` dicts), oldest first; ``blocks_seq`` counts arrivals
+    blocks: deque = field(default_factory=lambda: deque(maxlen=BLOCK_POINTS))
+    blocks_seq: int = 0
+    blocks_since: float = 0.0
     error: str = ""
 
     def busy_for(self, now: float | None = None) -> float:
@@ -251,6 +258,14 @@ class Poller:
             snap.error = repr(ex)
             snap.waiting_since = None
             return
+        try:
+            blocks = await feed.loop_blocks(snap.blocks_since)
+        except Exception:  # noqa: BLE001  (an older extension: no blocks strip)
+            blocks = []
+        if blocks:
+            snap.blocks.extend(blocks)
+            snap.blocks_since = max(b["wall_end"] for b in blocks)
+            snap.blocks_seq += 1
         snap.status = status
         if snap.pid is None and "rss" in status:  # remote: the scheduler's own figure
             snap.rss.append((time.time() * 1000, status["rss"] / 2**20))

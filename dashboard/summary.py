@@ -9,6 +9,7 @@ test checks the strip against the records themselves.
 """
 from __future__ import annotations
 
+import html
 from typing import Any
 
 #: Engine colours (colour-blind safe, distinct from the phase colours).
@@ -20,6 +21,7 @@ FIGURES = (
     ("update_graph_s", "update_graph", "s"),
     ("us_per_task", "update_graph per task", "us"),
     ("longest_block_s", "longest event-loop block", "s"),
+    ("own_block_s", "&nbsp;&nbsp;of it the ingestion's own", "s"),
     ("rss_per_task", "RSS growth per task", "B"),
     ("state_per_task", "scheduler state per task", "B"),
     ("lazy_saved_bytes", "saved by lazy containers", "B"),
@@ -36,6 +38,15 @@ def engine_figures(rec: Any, measured: dict | None = None) -> dict:
         out["update_graph_s"] = float(rec.total_s)
         out["us_per_task"] = rec.total_s / tasks * 1e6 if tasks else None
         out["longest_block_s"] = rec.longest_block_s
+        # the longest block that was the engine's own code (or its thread
+        # holding the GIL), not another handler's (a dask dashboard page) nor
+        # a collection: slimgraph.instrument.blame; blocks under 50 ms are
+        # not attributed
+        causes = getattr(rec, "block_causes", None)
+        if causes is not None:
+            out["own_block_s"] = (causes.get("ingestion") or {}).get("seconds")
+            out["own_block_known"] = True
+            out["block_causes"] = causes
         if rec.rss_before is not None and rec.rss_after is not None and tasks:
             out["rss_per_task"] = (rec.rss_after - rec.rss_before) / tasks
         # stock records say nothing: stock ingests on its event loop, in one go
@@ -102,10 +113,19 @@ def strip_html(job: Any, figures: dict[str, dict], kinds: tuple[str, ...]) -> st
     for key, label, unit in FIGURES:
         cells = []
         for k in kinds:
-            v = (figures.get(k) or {}).get(key)
+            f = figures.get(k) or {}
+            v = f.get(key)
             dv = "" if v is None else repr(float(v))
-            cells.append(f"<td class='sg-fig' data-kind='{k}' data-key='{key}' data-value='{dv}'>"
-                         f"{fmt(v, unit)}</td>")  # fmt: skip
+            shown = fmt(v, unit)
+            if key == "own_block_s" and v is None and f.get("own_block_known"):
+                shown = "&lt; 50 ms"
+            title = ""
+            if key == "longest_block_s" and f.get("block_causes"):
+                title = " title='" + html.escape("; ".join(
+                    f"{cause} {c['seconds']:.2f} s ({c['label']})" for cause, c in
+                    sorted(f["block_causes"].items(), key=lambda kv: -kv[1]["seconds"])), quote=True) + "'"
+            cells.append(f"<td class='sg-fig' data-kind='{k}' data-key='{key}' data-value='{dv}'{title}>"
+                         f"{shown}</td>")  # fmt: skip
         if both and key == "lazy_saved_bytes":
             cells.append("<td class='sg-ratio' data-key='lazy_saved_bytes'></td>")
         elif both:

@@ -35,6 +35,16 @@ def test_client_mode_measures_both_kinds(tmp_path):
         assert run["dashboard_page_errors"] == 0
         assert run["heartbeat_gap_seconds"]["max"] < run["worker_ttl_seconds"]
         assert len(run["ping_timeline"]) == run["pings"]
+        # every block kept is attributed: a known cause, a label, and the
+        # record's causes are a subset of the whole window's
+        from slimgraph.instrument.blame import CAUSES
+
+        assert run["block_causes"] is not None
+        for key in ("block_causes", "window_block_causes", "cancel_block_causes"):
+            for cause, c in run[key].items():
+                assert cause in CAUSES and c["seconds"] >= 0.05 and c["label"], (kind, key, cause, c)
+        own = run["ingestion_block_seconds"]
+        assert own is None or own <= run["longest_block_seconds"] + 0.02
     # the slim scheduler process ran the slim engine's own phases
     # (stock's record is made from outside and books uncovered time to "other")
     assert "task_states" in result["slim"]["phases"] and "other" not in result["slim"]["phases"]

@@ -609,9 +609,12 @@ def test_summary_figures_and_ratios_come_from_the_records():
     from slimgraph.dashboard import summary
 
     stock = _record("stock", 1, "c", tasks=2000, total_s=2.0, longest_block_s=1.5,
-                    rss_before=100_000_000, rss_after=110_000_000)  # fmt: skip
+                    rss_before=100_000_000, rss_after=110_000_000,
+                    block_causes={"ingestion": {"seconds": 1.5, "label": "distributed: update_graph"},
+                                  "other handler": {"seconds": 0.3, "label": "bokeh: get"}})  # fmt: skip
     slim = _record("slim", 1, "c", tasks=2000, total_s=0.5, longest_block_s=0.01,
-                   rss_before=100_000_000, rss_after=104_000_000, ingestion="staged")  # fmt: skip
+                   rss_before=100_000_000, rss_after=104_000_000, ingestion="staged",
+                   block_causes={})  # fmt: skip
     f_stock = summary.engine_figures(stock, {"state_bytes": 4_000_000, "state_tasks": 2000})
     f_slim = summary.engine_figures(slim, {"state_bytes": 2_000_000, "state_tasks": 2000,
                                            "lazy_saved_bytes": 3 * 2**20})  # fmt: skip
@@ -629,6 +632,11 @@ def test_summary_figures_and_ratios_come_from_the_records():
     assert "data-kind='stock' data-key='update_graph_s' data-value='2.0'" in html
     assert "data-kind='slim' data-key='longest_block_s' data-value='0.01'" in html
     assert ">4.0x<" in html  # update_graph stock/slim
+    # the ingestion's own longest block: stock's from its record; slim had
+    # none of 50 ms or more, which is said, not shown as a dash or a zero
+    assert "data-kind='stock' data-key='own_block_s' data-value='1.5'" in html
+    assert "data-kind='slim' data-key='own_block_s' data-value=''>&lt; 50 ms<" in html
+    assert "other handler 0.30 s (bokeh: get)" in html  # the causes, on the longest block
     row = summary.history_row(J, {"stock": f_stock, "slim": f_slim})
     assert row["ratio update_graph_s"] == pytest.approx(4.0) and row["slim ingestion"] == "staged"
     # an engine that measured nothing shows dashes, not zeros
@@ -676,6 +684,36 @@ def test_engines_run_in_processes_of_their_own():
             own = snap.status["rss"] / 2**20  # the scheduler's own reading of itself
             seen = snap.rss[-1][1]
             assert abs(seen - own) < 0.1 * own, (k, seen, own)
+        # a block on each engine's loop reaches the blocks strip with its cause
+        import functools
+
+        from distributed import Client
+
+        spin = functools.partial(exec, "import time\nt = time.perf_counter()\n"
+                                       "while time.perf_counter() - t < 0.3: pass", {})  # fmt: skip
+        for k in kinds:
+            with Client(mgr.entries[k].address, timeout="30s", set_as_default=False) as c:
+                c.run_on_scheduler(spin)
+
+        def blocked(k):
+            return [b for b in poll.engine(k).blocks if b["cause"] == "other handler" and b["seconds"] >= 0.25]
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(blocked(k) for k in kinds):
+            time.sleep(0.2)
+        for k in kinds:
+            assert blocked(k), (k, list(poll.engine(k).blocks))
+            assert "run_function" in blocked(k)[0]["label"] or "distributed" in blocked(k)[0]["label"]
+        from slimgraph.dashboard.app import BlocksView
+        from slimgraph.views.palette import CAUSE_COLORS
+
+        view = BlocksView(tuple(kinds), None)
+        for k in kinds:
+            view.add(k, blocked(k))
+        data = view.source.data
+        assert list(data["kind"]) == [k for k in kinds for _ in blocked(k)]
+        assert set(data["color"]) == {CAUSE_COLORS["other handler"]}
+        assert all(r - l >= 250 for l, r in zip(data["left"], data["right"]))  # ms
         procs = [p for k in kinds for p in mgr.entries[k].procs]
     finally:
         if poll is not None:

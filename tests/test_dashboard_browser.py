@@ -395,6 +395,11 @@ def test_launch_both_engines_summary_equals_records(web, launched):
         assert shown[(kind, "update_graph_s")] == pytest.approx(rec.total_s, rel=1e-9)
         assert shown[(kind, "us_per_task")] == pytest.approx(rec.total_s / rec.tasks * 1e6, rel=1e-9)
         assert shown[(kind, "longest_block_s")] == pytest.approx(rec.longest_block_s, rel=1e-9)
+        own = (rec.block_causes or {}).get("ingestion")
+        if own is not None:
+            assert shown[(kind, "own_block_s")] == pytest.approx(own["seconds"], rel=1e-9)
+        else:
+            assert shown[(kind, "own_block_s")] is None  # shown as "< 50 ms", no value
         assert shown[(kind, "rss_per_task")] == pytest.approx(
             (rec.rss_after - rec.rss_before) / rec.tasks, rel=1e-9)  # fmt: skip
         assert shown[(kind, "state_per_task")] > 0

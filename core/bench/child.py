@@ -89,6 +89,7 @@ async def _measure(cls, kind: str, payload: dict, trace: bool, hooks: bool) -> d
             "wall_seconds": wall,
             "longest_block_seconds": rec.longest_block_s,
             "phase_blocks": {p.name: p.longest_block_s for p in rec.phases},
+            "block_causes": rec.block_causes,
             "materialization": rec.materialization,
             "layers": rec.layers[:50],
             "rss_bytes_per_task": (rss1 - rss0) / max(ntasks, 1),

@@ -32,7 +32,12 @@ JSON (``--json PATH``)::
      "stock": RUN, "slim": RUN, "ratios": {...}}
 
     RUN = {"submit_seconds", "update_graph_seconds", "phases": {name: s},
-           "longest_block_seconds", "phase_blocks", "longest_ping_seconds",
+           "longest_block_seconds", "phase_blocks", "ingestion_block_seconds"
+           (the longest block that was the engine's own: its code on the loop
+           or its thread holding the GIL), "block_causes" (the record's),
+           "window_block_causes" / "cancel_block_causes" (every block of
+           >= 50 ms until the cut / of the cancel, the longest per cause:
+           see slimgraph.instrument.blame), "longest_ping_seconds",
            "rss_bytes_per_task", "compute_seconds" (None when cut short),
            "cancel_answer_seconds" (when cut short: from the cancel until the
            scheduler answers without the graph's key), "sent_in_slices"
@@ -288,6 +293,10 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             rec = _final_record(client, rec)
             del fut
             hb = client.run_on_scheduler(heartbeats.gaps)
+            # every block of the run with its cause: the submission and what
+            # followed (pinged), then the cancel
+            cut = t_done if t_done is not None else t_cancel
+            blocks = client.run_on_scheduler(_loop_blocks, since=t0)
         if rec.status != "OK":
             raise RuntimeError(f"{kind}: update_graph {rec.status}: {rec.error}")
         rss = None
@@ -300,6 +309,12 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "phases": {p.name: p.wall_s for p in rec.phases},
             "longest_block_seconds": rec.longest_block_s,
             "phase_blocks": {p.name: p.longest_block_s for p in rec.phases},
+            # the longest block that was the engine's own ingestion (its code
+            # on the loop, or its thread holding the GIL), and per cause
+            "ingestion_block_seconds": ((rec.block_causes or {}).get("ingestion") or {}).get("seconds"),
+            "block_causes": rec.block_causes,
+            "window_block_causes": by_cause([b for b in blocks if b["wall_end"] <= cut]),
+            "cancel_block_causes": by_cause([b for b in blocks if b["wall_end"] > cut]),
             "longest_ping_seconds": ping.longest,
             "pings": ping.count,
             # what other users saw: distributions over the pinged window
@@ -333,6 +348,25 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             print(f"  {kind}: scheduler and worker logs in {tmp}", file=sys.stderr)
+
+
+def _loop_blocks(since: float, dask_scheduler: Any = None) -> list:
+    """The scheduler's attributed loop blocks since ``since`` (time.time())."""
+    from slimgraph.instrument.recorder import get_extension
+
+    return get_extension(dask_scheduler).loop_blocks(since)
+
+
+def by_cause(blocks: list) -> dict:
+    """``{cause: {"seconds", "label", "count"}}``: the longest of ``blocks``
+    (``loop_blocks`` dicts) per cause, and how many there were."""
+    out: dict = {}
+    for b in blocks:
+        c = out.setdefault(b["cause"], {"seconds": 0.0, "label": "", "count": 0})
+        c["count"] += 1
+        if b["seconds"] > c["seconds"]:
+            c["seconds"], c["label"] = b["seconds"], b["label"]
+    return out
 
 
 def _has_key(key: Any, dask_scheduler: Any = None) -> bool:
@@ -384,7 +418,7 @@ def bench_client(workload: str, tasks: int, workers: int = 2,
         "ratios": {
             k: _ratio(st[k], sl[k])
             for k in ("submit_seconds", "update_graph_seconds", "longest_block_seconds",
-                      "longest_ping_seconds", "rss_bytes_per_task", "compute_seconds",
+                      "ingestion_block_seconds", "longest_ping_seconds", "rss_bytes_per_task", "compute_seconds",
                       "cancel_answer_seconds")
         },
     }
@@ -399,6 +433,7 @@ def format_client_table(result: dict) -> str:
         ("end-to-end submit (s)", "submit_seconds", "{:.2f}"),
         ("update_graph (s)", "update_graph_seconds", "{:.2f}"),
         ("longest loop block (ms)", "longest_block_seconds", "ms"),
+        ("  of it the ingestion's own (ms)", "ingestion_block_seconds", "ms"),
         ("longest ping from 2nd client (ms)", "longest_ping_seconds", "ms"),
         ("scheduler RSS growth (B/task)", "rss_bytes_per_task", "{:,.0f}"),
         (f"submit + compute on {result['workers']} workers (s)", "compute_seconds", "{:.2f}"),
@@ -430,6 +465,21 @@ def format_client_table(result: dict) -> str:
         out.append(f"slim: {tail['tasks']:,} ready tasks sent after the commit in {tail['slices']:,} slices "
                    f"over {tail['seconds']:.1f} s (longest slice {tail['longest_slice_s'] * 1e3:,.0f} ms; "
                    "the longest block above includes the longest slice)")
+    for title, k in (("loop blocks >= 50 ms while update_graph ran", "block_causes"),
+                     ("loop blocks >= 50 ms from the submission to the cut", "window_block_causes"),
+                     ("loop blocks >= 50 ms of the cancel", "cancel_block_causes")):
+        lines = []
+        for kind in KINDS:
+            causes = result[kind].get(k)
+            if causes:
+                lines.append(f"  {kind}: " + "; ".join(
+                    f"{cause} {c['seconds']:.2f} s"
+                    + (f" (x{c['count']})" if c.get("count", 1) > 1 else "")
+                    + f" [{c['label']}]"
+                    for cause, c in sorted(causes.items(), key=lambda kv: -kv[1]["seconds"])))
+        if lines:
+            out.append(f"{title}, the longest per cause:")
+            out.extend(lines)
     out.append("")
     out.append(f"{'what other users saw (ms)':38} {'stock':>20} {'slim':>20}")
     out.append(f"{'':38} {'median / p99 / max':>20} {'median / p99 / max':>20}")

@@ -22,6 +22,8 @@ and materialize cause to another thread when they run in a worker thread.
     RUN = {"phases": {name: seconds}, "phases_cpu": {...}, "total_seconds",
            "wall_seconds", "gc_seconds", "longest_block_seconds",
            "phase_blocks": {name: longest block overlapping the phase},
+           "block_causes": {cause: {"seconds", "label"}} (the longest block
+           of >= 50 ms per cause: slimgraph.instrument.blame),
            "rss_bytes_per_task", "tracemalloc_bytes_per_task" (or null),
            "state_bytes_per_task": {"engine", "total", "<tree node>": ...},
            "tasks", "edges", "materialization" (slim), "layers" (slim)}
@@ -219,6 +221,14 @@ def format_table(result: dict) -> str:
     lines.append("")
     lines.append(f"{'longest loop block':<20}" + "".join(f"{_fmt(b, '.3f') + ' s':>25}" for b in blocks))
     lines.append(f"{'  most of it in':<20}" + "".join(f"{block_phase(result[k]):>25}" for k in kinds))
+    for cause in ("ingestion", "dask's own", "other handler", "other thread"):
+        vals = [((result[k].get("block_causes") or {}).get(cause) or {}).get("seconds") for k in kinds]
+        if any(v is not None for v in vals):
+            lines.append(f"{'  ' + cause:<20}" + "".join(
+                f"{(_fmt(v, '.3f') + ' s') if v is not None else '< 0.050 s':>25}" for v in vals))
+    for k in kinds:
+        for cause, c in sorted((result[k].get("block_causes") or {}).items(), key=lambda kv: -kv[1]["seconds"]):
+            lines.append(f"    {TITLES[k]}, {cause}: {c['label']}")
     for k in kinds:
         if result[k].get("materialization"):
             lines += ["", *format_layers(TITLES[k], result[k])]

@@ -185,6 +185,11 @@ class Tail:
         }
         if record.longest_block_s is not None:
             record.longest_block_s = max(record.longest_block_s, self.longest)
+        causes = record.block_causes
+        if causes is not None and self.longest >= 0.05:  # (causes keep blocks >= 50 ms)
+            own = causes.get("ingestion")
+            if own is None or self.longest > own["seconds"]:
+                causes["ingestion"] = {"seconds": self.longest, "label": "slimgraph: a slice of ready tasks"}
 
     def open_gate(self) -> None:
         """Owed calls stop waiting for this tail (a flush: see

@@ -21,14 +21,13 @@ asynchronous client, ``await`` the result)::
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
 from slimgraph.instrument.feed import NotInstalled, RemoteFeed  # noqa: F401  (re-exported)
 from slimgraph.instrument.memory import MemoryTree
-from slimgraph.instrument.records import _ROW_CLASHES, History, PhaseRecord, SubmissionRecord
+from slimgraph.instrument.records import History, SubmissionRecord, row_columns
 
 
 def _run(client: Any, method_name: str, *args: Any, **kwargs: Any) -> Any:
@@ -66,9 +65,7 @@ def records_frame(records: list[SubmissionRecord]):
     cols = None
     rows = [row for r in records for row in r.rows()]
     if not rows:
-        cols = [f.name for f in dataclasses.fields(SubmissionRecord) if f.name != "phases"]
-        cols += [f"phase_{f.name}" if f.name in _ROW_CLASHES else f.name
-                 for f in dataclasses.fields(PhaseRecord)]
+        cols = row_columns()
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -171,6 +171,12 @@ class Feed:
     async def loop_summary(self) -> dict:
         return await self.call("loop_summary")
 
+    async def loop_blocks(self, since: float = 0.0) -> list[dict]:
+        """The loop's blocks of 50 ms or more that ended after ``since``
+        (``time.time()``), each with its cause (``wall_end``, ``seconds``,
+        ``cause``, ``label``, ``parts``)."""
+        return await self.call("loop_blocks", since=since)
+
 
 class LocalFeed(Feed):
     """A scheduler object in this process, read on its own event loop.

@@ -17,22 +17,75 @@ is called (``now - last tick - interval``, same bounds), which is what an
 ``update_graph`` wrapper needs: its synchronous section is still running
 when it reads the monitor.
 
+Causes: with ``blame=True`` (the default) the watchdog wakes every
+``sample_interval`` and, while a block lasts, attributes it
+(:mod:`slimgraph.instrument.blame`): the ingestion's own code, slimgraph's
+instruments, another handler (a dashboard page, a heartbeat) or another
+thread holding the GIL. Blocks of at least ``blame_after`` are kept with
+their cause (:meth:`causes_since`), so a record can say which of its blocks
+were the engine's and which were other users'.
+
 Cost: one timer callback per interval (~3-5 us each, i.e. <0.1 % of a core
-at 10 ms) plus the watchdog thread waking every 100 ms; cheap enough to keep
+at 10 ms) plus the watchdog thread waking every 10 ms (a per-thread CPU clock read
+each time, ~20 us; stacks only while a block lasts); cheap enough to keep
 on in production.
 """
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 import threading
 import time
 import traceback
 from collections import deque
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slimgraph.instrument import blame as _blame
+
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BlockCause:
+    """One attributed block: how long, and what it was spent on."""
+
+    #: ``perf_counter()`` and ``time.time()`` at the block's end
+    end: float
+    wall_end: float
+    seconds: float
+    #: the cause that took most of it (see :data:`slimgraph.instrument.blame.CAUSES`)
+    cause: str
+    #: what that cause was doing most of the time (package: function > function)
+    label: str
+    #: seconds sampled per cause
+    parts: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        del d["end"]
+        return d
+
+
+def _stretch(parts: list, a: float, b: float, key: tuple) -> None:
+    """Add the stretch ``a..b`` spent on ``key``; joined to the last one
+    when it continues it (a long block stays a few entries)."""
+    if parts and parts[-1][2] == key and parts[-1][1] >= a - 1e-9:
+        parts[-1] = (parts[-1][0], b, key)
+    else:
+        parts.append((a, b, key))
+
+
+def longest_by_cause(causes: Any) -> dict:
+    """``{cause: {"seconds", "label"}}``: the longest block of each cause."""
+    out: dict = {}
+    for c in causes:
+        best = out.get(c.cause)
+        if best is None or c.seconds > best["seconds"]:
+            out[c.cause] = {"seconds": c.seconds, "label": c.label}
+    return out
 
 
 class LoopMonitor:
@@ -56,9 +109,21 @@ class LoopMonitor:
         watch_interval: float = 0.1,
         warn_after: float = 5.0,
         keep: int = 16384,
+        blame: bool = True,
+        sample_interval: float = 0.010,
+        blame_after: float = 0.050,
     ):
         self.interval = interval
-        self.watch_interval = watch_interval
+        self.watch_interval = sample_interval if (blame and watchdog) else watch_interval
+        self.blame = blame and watchdog
+        self.blame_after = blame_after
+        #: Blocks of at least ``blame_after``, with their cause, newest last.
+        self.causes: deque[BlockCause] = deque(maxlen=4096)
+        # start tick of a block -> its end (perf_counter), for the watchdog
+        self._block_end: dict[float, float] = {}
+        # garbage collections of >= 5 ms: (start, end, generation, thread name)
+        self._gcs: deque = deque(maxlen=256)
+        self._gc_t0 = 0.0
         self.warn_after = warn_after
         self.last_tick = time.perf_counter()
         #: Completed blocks (end time, seconds), newest last, bounded.
@@ -85,6 +150,8 @@ class LoopMonitor:
         self.running = True
         self.last_tick = time.perf_counter()
         self._handle = self._loop.call_later(self.interval, self._tick)
+        if self.blame and self._gc_cb not in gc.callbacks:
+            gc.callbacks.append(self._gc_cb)
         if self._want_watchdog:
             self._stop_evt.clear()
             self._watchdog = threading.Thread(
@@ -95,6 +162,8 @@ class LoopMonitor:
 
     def stop(self) -> None:
         self.running = False
+        if self._gc_cb in gc.callbacks:
+            gc.callbacks.remove(self._gc_cb)
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -113,6 +182,10 @@ class LoopMonitor:
             self.blocks.append((now, block))
             if block > self.max_block_s:
                 self.max_block_s = block
+            if self.blame and block >= self.blame_after:
+                if len(self._block_end) > 1024:  # the watchdog is not reading
+                    self._block_end.clear()
+                self._block_end[self.last_tick] = now
         self.last_tick = now
         self.ticks += 1
         if self.running:
@@ -149,6 +222,16 @@ class LoopMonitor:
                 best = cur
         return best
 
+    def causes_since(self, mark: float) -> list[BlockCause]:
+        """Attributed blocks that ended after ``mark`` (a :meth:`mark`)."""
+        out = []
+        for c in reversed(self.causes):
+            if c.end <= mark:
+                break
+            out.append(c)
+        out.reverse()
+        return out
+
     def summary(self) -> dict[str, Any]:
         return {
             "interval_s": self.interval,
@@ -160,6 +243,11 @@ class LoopMonitor:
 
     # -- watchdog thread --------------------------------------------------
     def _watch(self) -> None:
+        me = threading.get_ident()
+        prev_t = time.perf_counter()
+        prev_cpu = _blame.thread_cpu() if self.blame else {}
+        tracked: float | None = None   # start tick of the block being sampled
+        parts: list = []               # its (from, to, (cause, label)) stretches
         while not self._stop_evt.wait(self.watch_interval):
             cur = self.current_block_s()
             if cur >= self.warn_after and self._warned_for != self.last_tick:
@@ -170,6 +258,88 @@ class LoopMonitor:
                     frame = sys._current_frames().get(tid)
                     if frame is not None:
                         stack = "".join(traceback.format_stack(frame, limit=12))
+                    del frame
                 logger.warning(
                     "slimgraph: event loop blocked for %.1f s so far\n%s", cur, stack
                 )
+            if not self.blame:
+                continue
+            now = time.perf_counter()
+            tick = self.last_tick
+            cpu = _blame.thread_cpu()
+            in_block = self.running and now - tick - self.interval > 0.002
+            cause = None
+            ended = self._block_end
+            if in_block or tracked is not None or ended:
+                delta = {t: c - prev_cpu.get(t, 0.0) for t, c in cpu.items()}  # new: all its CPU
+                frames = _blame.snapshot()
+                try:
+                    cause = _blame.classify(frames, self._loop_thread_id, delta,
+                                            now - prev_t, skip=(me,))
+                except Exception:  # never let attribution break the monitor
+                    cause = ("unknown", "attribution failed")
+                del frames
+            if tracked is not None and tick != tracked:
+                # the block we sampled has ended; the stretch up to its end
+                # since the last wake-up (a whole stall, if the watchdog
+                # could not run) goes to what this snapshot shows
+                end = ended.pop(tracked, None)
+                if end is not None and end > prev_t and cause is not None:
+                    _stretch(parts, prev_t, end, cause)
+                self._close(tracked, end, parts)
+                tracked, parts = None, []
+            for start_tick in [t for t in list(ended) if t != tick]:
+                # a block that began and ended between two wake-ups: one
+                # stall in which the watchdog could not run at all
+                end = ended.pop(start_tick, None)
+                if end is not None and cause is not None:
+                    self._close(start_tick, end, [(start_tick + self.interval, end, cause)])
+            if in_block and cause is not None:
+                start = tick + self.interval
+                _stretch(parts, max(prev_t, start), now, cause)
+                tracked = tick
+            prev_t, prev_cpu = now, cpu
+
+    def _gc_cb(self, phase: str, info: dict) -> None:
+        """gc callback: remember collections long enough to matter (a
+        collection is one C call: no snapshot can see it, its callback can)."""
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+            return
+        t0 = self._gc_t0
+        now = time.perf_counter()
+        if now - t0 >= 0.005:
+            self._gcs.append((t0, now, info.get("generation"), threading.current_thread().name))
+
+    def _close(self, start_tick: float, end: float | None, parts: list) -> None:
+        """Keep a finished block with its cause (if it was long enough).
+        Garbage collections inside the block are their own cause: what the
+        snapshots said of those stretches is replaced."""
+        if end is None or not parts:
+            return
+        seconds = end - start_tick - self.interval
+        if seconds < self.blame_after:
+            return
+        begin = start_tick + self.interval
+        gcs = [(max(a, begin), min(b, end), f"gen {gen} collection in {thread}")
+               for a, b, gen, thread in list(self._gcs) if a < end and b > begin]
+        weights: dict = {}
+        for a, b, key in parts:
+            w = b - a
+            for ga, gb, _ in gcs:
+                w -= max(0.0, min(b, gb) - max(a, ga))
+            if w > 0:
+                weights[key] = weights.get(key, 0.0) + w
+        for ga, gb, what in gcs:
+            key = ("garbage collection", what)
+            weights[key] = weights.get(key, 0.0) + gb - ga
+        if not weights:
+            return
+        by_cause: dict = {}
+        for (cause, _), w in weights.items():
+            by_cause[cause] = by_cause.get(cause, 0.0) + w
+        main = max(by_cause, key=by_cause.__getitem__)
+        label = max((k for k in weights if k[0] == main), key=weights.__getitem__)[1]
+        wall_end = time.time() - (time.perf_counter() - end)
+        self.causes.append(BlockCause(end, wall_end, seconds, main, label,
+                                      {c: round(w, 4) for c, w in by_cause.items()}))

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slimgraph.instrument.loopmon import LoopMonitor
+from slimgraph.instrument.loopmon import LoopMonitor, longest_by_cause
 from slimgraph.instrument.records import History, SubmissionRecord, rss_bytes
 
 EXTENSION_NAME = "slimgraph"
@@ -131,6 +131,13 @@ class SlimgraphExtension:
             blocks.append((now, max(0.0, now - mon.last_tick - mon.interval)))  # in progress
             for p in record.phases:
                 p.longest_block_s = p.longest_overlap(blocks)
+            if mon.blame:
+                causes = longest_by_cause(mon.causes_since(mark))
+                running = blocks[-1][1]
+                own = causes.get("ingestion")
+                if running >= mon.blame_after and (own is None or running > own["seconds"]):
+                    causes["ingestion"] = {"seconds": running, "label": "update_graph's last step"}
+                record.block_causes = causes
         record.rss_after = fast_rss()
         if status is not None:
             record.status = status
@@ -163,6 +170,7 @@ class SlimgraphExtension:
         "memray_results",
         "memray_flamegraph",
         "loop_summary",
+        "loop_blocks",
     )
 
     def register_handlers(self) -> None:
@@ -302,6 +310,12 @@ class SlimgraphExtension:
     def loop_summary(self) -> dict:
         """:meth:`LoopMonitor.summary` of the scheduler's event loop."""
         return self.loop_monitor.summary()
+
+    def loop_blocks(self, since: float = 0.0) -> list:
+        """The event loop's blocks of at least 50 ms that ended after
+        ``since`` (``time.time()``), each with its cause
+        (:class:`slimgraph.instrument.loopmon.BlockCause` as a dict)."""
+        return [c.to_dict() for c in list(self.loop_monitor.causes) if c.wall_end > since]
 
     # -- scheduler life cycle --------------------------------------------
     def teardown(self) -> None:

@@ -25,6 +25,8 @@ from typing import Any, Iterator
 
 import psutil
 
+from slimgraph.instrument.blame import CAUSES
+
 #: The phases of an update_graph, in pipeline order. Stock and slim use the
 #: same names so their records line up column by column.
 PHASES = (
@@ -207,6 +209,14 @@ class SubmissionRecord:
     #: the commit sent them all. ``longest_block_s`` counts the longest
     #: slice too.
     sent_in_slices: dict | None = None
+    #: what the event loop's blocks of at least 50 ms were spent on, while
+    #: this update_graph ran: ``{cause: {"seconds", "label"}}``, the longest
+    #: block of each cause (``ingestion``: this engine's own code, or its
+    #: thread holding the GIL; ``other handler``: e.g. dask's dashboard
+    #: pages; see :mod:`slimgraph.instrument.blame`). The block still running
+    #: when update_graph ends is its own; the longest slice of ready tasks
+    #: sent after the commit counts as ``ingestion`` too.
+    block_causes: dict | None = None
 
     def phase(self, name: str, where: str = "event-loop") -> PhaseClock:
         for p in self.phases:
@@ -223,16 +233,35 @@ class SubmissionRecord:
         return asdict(self)
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        """One flat row per phase, for DataFrames and CSV."""
+        """One flat row per phase, for DataFrames and CSV (``block_causes``
+        as one column of seconds per cause: ``longest_block_<cause>_s``)."""
         head = {
-            k: v for k, v in asdict(self).items() if k not in ("phases", "layers")
+            k: v for k, v in asdict(self).items() if k not in ("phases", "layers", "block_causes")
         }
+        causes = self.block_causes or {}
+        for cause in CAUSES:
+            head[cause_column(cause)] = (causes.get(cause) or {}).get("seconds")
         for p in self.phases:
             row = dict(head)
             # the phase's own name/tasks/edges must not overwrite the
             # submission's: they get a ``phase_`` prefix
             row.update({f"phase_{k}" if k in _ROW_CLASHES else k: v for k, v in asdict(p).items()})
             yield row
+
+
+def cause_column(cause: str) -> str:
+    """``"dask's own"`` -> ``"longest_block_dask_own_s"``."""
+    slug = "".join(ch if ch.isalnum() else "_" for ch in cause.replace("'s", ""))
+    return f"longest_block_{slug}_s"
+
+
+def row_columns() -> list:
+    """The columns of :meth:`SubmissionRecord.rows`, in order."""
+    from dataclasses import fields
+
+    head = [f.name for f in fields(SubmissionRecord) if f.name not in ("phases", "layers", "block_causes")]
+    head += [cause_column(c) for c in CAUSES]
+    return head + [f"phase_{f.name}" if f.name in _ROW_CLASHES else f.name for f in fields(PhaseRecord)]
 
 
 #: PhaseRecord fields that share a name with SubmissionRecord fields.

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 
+from slimgraph.instrument.blame import CAUSES
 from slimgraph.instrument.records import PHASES
 
 #: The colour of each engine, wherever a view stands for one.
@@ -64,6 +65,22 @@ assert tuple(PHASE_COLORS)[: len(PHASES)] == PHASES, "a phase without a colour"
 #: whose colours are closest (see the module docstring).
 PHASE_HATCHES = dict.fromkeys(PHASE_COLORS, " ")
 PHASE_HATCHES.update({"lost_dependencies": ".", "who_wants": "/", "commit": "\\"})
+
+#: The cause of an event-loop block (:mod:`slimgraph.instrument.blame`),
+#: in the blocks strip: the engine's own ingestion stands out (magenta),
+#: dask's own calls beside it (purple), the rest in quieter colours; none
+#: is an engine's colour, and the strip's hover and legend name the cause.
+CAUSE_COLORS = {
+    "ingestion": "#EE3377",  # magenta
+    "dask's own": "#AA4499",  # purple
+    "engine": "#009988",  # teal
+    "garbage collection": "#222255",  # navy
+    "instruments": "#99DDFF",  # light cyan
+    "other handler": "#EECC66",  # yellow
+    "other thread": "#997700",  # ochre
+    "unknown": "#BBBBBB",  # grey
+}
+assert set(CAUSE_COLORS) == set(CAUSES), "a cause without a colour"
 
 #: What stock's eager sets would hold (a dashed line beside an engine's own).
 EAGER_COLOR = "#777777"

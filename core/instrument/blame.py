@@ -1,0 +1,278 @@
+"""Whose block was it? Attributing an event-loop block to its cause.
+
+A block of the scheduler's event loop has one of two shapes:
+
+- the loop thread *runs* something for a long time: a handler (distributed's
+  ``update_graph``, a Bokeh page of dask's dashboard being built, a
+  heartbeat), or a callback of ours (a commit, a slice of ready tasks);
+- the loop thread *waits*: it has left its selector and wants the GIL back,
+  which another thread holds (an ingestion thread in one long C call such as
+  dask's ``pickle.loads``, or any other thread).
+
+The event-loop monitor (:mod:`slimgraph.instrument.loopmon`) measures the
+length of a block; this module says what it was spent on. While a block
+lasts, the monitor's watchdog thread takes a snapshot of every thread's
+stack (``sys._current_frames()``) every few milliseconds and hands it to
+:func:`classify`, which answers a *cause* and a short *label*:
+
+``ingestion``
+    the engine's own ingestion of a submission: the loop thread is inside
+    slimgraph's pipeline (``slimgraph.ingest``, the engine's model, its
+    ordering, its runtime) or inside stock's ``Scheduler.update_graph``; or
+    the loop waits for the GIL while a thread of that ingestion (one with
+    such frames, or distributed's offload thread, where both engines
+    deserialize and materialize) is busy in the engine's code.
+``dask's own``
+    the loop waits for the GIL while a thread of the ingestion stands in
+    dask's or distributed's code: dask's deserialize (``pickle.loads``) and
+    materialize, which no engine that calls them can shorten. A snapshot
+    taken right after such a call may already show the engine's code that
+    called it: the error goes the engine's way, never the other.
+``engine``
+    slimgraph's engine (its task states, containers, queue: the code that
+    replaces stock's data model) working for another of distributed's
+    handlers: a worker's results, a cancel. Stock's counterpart is
+    distributed's own code, an ``other handler``.
+``garbage collection``
+    a collection ran (in any thread): timed by a gc callback, since no
+    snapshot can be taken inside one. Stock's ingestion spends a third of
+    its time there; the slim engine pauses and freezes the collector
+    (:mod:`slimgraph.runtime.gcpause`), and what is left shows here.
+``instruments``
+    slimgraph's measuring and dashboard code running on the loop (records,
+    memory trees, the lazy-container census): the innermost frame is
+    theirs (a recorder's wrapper around distributed's code is not).
+``other handler``
+    the loop runs anything else: dask's dashboard pages, worker heartbeats,
+    another client's requests.
+``other thread``
+    the loop waits for the GIL while a thread that is not an ingestion's
+    is busy.
+``unknown``
+    no thread could be told busy (a snapshot taken as the block ended).
+
+Who was busy is read from each thread's CPU clock, not guessed from its
+frame: between two snapshots, the thread that used the CPU is the one that
+ran. The loop is blamed on what it runs when it used at least as much CPU as
+any other thread; otherwise on the busiest other thread, whose GIL it was
+waiting for. A snapshot cannot be taken while one thread holds the GIL in a
+single C call (the watchdog wakes late): the next one then weighs the whole
+stretch it missed, and the CPU clocks still say who held the GIL. The
+attribution is a sample: exact to a few milliseconds for the loop's own
+work, to one snapshot for a single long call.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from types import FrameType
+
+#: The package directory: frames from here are slimgraph's.
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: Sub-packages of slimgraph that measure or show rather than ingest.
+_INSTRUMENT_DIRS = tuple(_PKG + d + os.sep for d in ("instrument", "views", "bench"))
+#: slimgraph's ingestion pipeline (staging, commit, the slices after it,
+#: the plugin calls it owes) and its ordering.
+_INGEST_DIRS = (_PKG + "ingest" + os.sep, _PKG + "order.py")
+
+CAUSES = ("ingestion", "dask's own", "engine", "garbage collection", "instruments", "other handler", "other thread", "unknown")
+
+#: Functions of distributed's scheduler module that are stock's ingestion.
+_STOCK_INGESTION = frozenset({"update_graph", "_materialize_graph"})
+
+#: distributed's offload thread: both engines deserialize, materialize (and
+#: stock orders) a submission there; in a scheduler little else runs there
+#: (large messages are deserialized there too, a big submission first of all).
+_OFFLOAD = "Dask-Offload"
+
+#: Where an idle thread stands: the innermost frame of a thread that waits
+#: (for work, a lock, the selector) is one of these functions of these
+#: standard-library files.
+_IDLE = {
+    "selectors.py": {"select", "poll"},
+    "threading.py": {"wait", "_wait_for_tstate_lock", "join", "acquire"},
+    "queue.py": {"get", "put"},
+    "thread.py": {"_worker"},  # concurrent.futures' worker between jobs
+    "base_events.py": {"_run_once", "run_forever"},
+    "socket.py": {"accept"},
+    "socketserver.py": {"serve_forever"},
+}
+
+
+def _base(filename: str) -> str:
+    return filename.rsplit(os.sep, 1)[-1]
+
+
+def _stack(frame: FrameType | None, limit: int = 200) -> list:
+    """Code objects from innermost to outermost."""
+    out = []
+    while frame is not None and len(out) < limit:
+        out.append(frame.f_code)
+        frame = frame.f_back
+    return out
+
+
+def _is_idle(codes: list) -> bool:
+    if not codes:
+        return True
+    c = codes[0]
+    names = _IDLE.get(_base(c.co_filename))
+    return names is not None and c.co_name in names
+
+
+def _slim(c) -> bool:
+    """A frame of slimgraph's engine (not of its instruments)."""
+    f = c.co_filename
+    return f.startswith(_PKG) and not f.startswith(_INSTRUMENT_DIRS)
+
+
+def _ingestion_frame(codes: list):
+    """The outermost frame that makes a stack a submission's ingestion:
+    slimgraph's pipeline (``slimgraph.ingest``, its ordering) or an
+    ``update_graph`` (stock's, or the drop-in's), or None."""
+    found = None
+    for c in codes:
+        f = c.co_filename
+        if f.startswith(_INGEST_DIRS):
+            found = c
+        elif c.co_name in _STOCK_INGESTION and (
+                f.startswith(_PKG) or (f.endswith(os.sep + "scheduler.py") and "distributed" in f)):
+            found = c
+    return found
+
+
+def _innermost_own(codes: list):
+    """The innermost frame that is not the standard library's: where the
+    time goes (an instrument's wrapper around distributed's code is not)."""
+    return next((c for c in codes if _owner(c.co_filename) != "python"), None)
+
+
+def _owner(filename: str) -> str:
+    """A short name for the package a file belongs to."""
+    if filename.startswith(_PKG):
+        return "slimgraph"
+    parts = filename.split(os.sep)
+    for i, p in enumerate(parts):
+        if p in ("site-packages", "dist-packages") and i + 1 < len(parts):
+            return parts[i + 1].removesuffix(".py")
+    return "python"
+
+
+#: Packages whose frames only carry a callback to its handler.
+_CARRIERS = frozenset({"python", "tornado"})
+
+
+def _qual(c) -> str:
+    return getattr(c, "co_qualname", c.co_name)
+
+
+def _callback(codes: list) -> list:
+    """The frames of the callback the loop runs: those inside the innermost
+    ``Handle._run`` (what is outside it is the loop and the program that
+    started it)."""
+    for i, c in enumerate(codes):
+        if c.co_name == "_run" and _base(c.co_filename) == "events.py":
+            return codes[:i]
+    return codes
+
+
+def _label_of_loop(codes: list) -> str:
+    """``package: outermost interesting function > innermost one of that
+    package``, then ``/ package: innermost function`` when the time goes
+    into another package's code (slimgraph's engine under distributed's
+    handler, say)."""
+    codes = _callback(codes)
+    inner = [c for c in codes if _owner(c.co_filename) not in _CARRIERS]
+    if not inner:
+        return f"python: {_qual(codes[0])}" if codes else "python"
+    outer = inner[-1]
+    pkg = _owner(outer.co_filename)
+    deepest = next((c for c in inner if _owner(c.co_filename) == pkg), outer)
+    head = f"{pkg}: {_qual(outer)}" if deepest is outer else f"{pkg}: {_qual(outer)} > {_qual(deepest)}"
+    last = inner[0]
+    if _owner(last.co_filename) != pkg:
+        head += f" / {_owner(last.co_filename)}: {_qual(last)}"
+    return head
+
+
+def _where_busy(codes: list) -> str:
+    """What a busy non-loop thread is doing, for a label."""
+    if not codes:
+        return "?"
+    # (pickle.loads is C: the Python frame that called it shows)
+    return f"{_owner(codes[0].co_filename)}: {_qual(codes[0])}"
+
+
+def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
+             skip: tuple = ()) -> tuple[str, str]:
+    """``(cause, label)`` of one snapshot of every thread's stack.
+
+    ``frames`` is ``sys._current_frames()``; ``loop_tid`` the event loop's
+    thread; ``cpu`` each thread's CPU seconds since the previous snapshot,
+    ``elapsed`` seconds ago: a thread that used (nearly) none was waiting,
+    for work or for the GIL, whatever its frame shows; ``skip``: thread ids
+    never to blame (the watchdog itself).
+
+    The loop is blamed on what it runs when it got at least as much CPU as
+    the busiest other thread; otherwise on that thread, which held the GIL
+    the loop was waiting for.
+    """
+    names = {t.ident: t.name for t in threading.enumerate()}
+    loop = _stack(frames.get(loop_tid)) if loop_tid is not None else []
+    loop_cpu = cpu.get(loop_tid, 0.0)
+    busiest, busiest_cpu = None, 0.0
+    for tid, used in cpu.items():
+        if tid == loop_tid or tid in skip or tid not in frames:
+            continue
+        if used > busiest_cpu:
+            busiest, busiest_cpu = tid, used
+    floor = 0.1 * elapsed
+    if loop and loop_cpu >= busiest_cpu and loop_cpu > floor and not _is_idle(loop):
+        return _on_loop(_callback(loop))
+    if busiest is not None and busiest_cpu > floor:
+        codes = _stack(frames[busiest])
+        name = str(names.get(busiest, busiest))
+        who = f"thread {name}: {_where_busy(codes)}"
+        if _ingestion_frame(codes) is not None or name.startswith(_OFFLOAD):
+            if _owner(codes[0].co_filename) in ("dask", "distributed"):
+                return "dask's own", who
+            return "ingestion", who
+        if any(_slim(c) for c in codes):
+            return "engine", who
+        return "other thread", who
+    return "unknown", "no busy thread seen"
+
+
+def _on_loop(codes: list) -> tuple[str, str]:
+    """The cause of a callback the loop runs (its frames, innermost first)."""
+    label = _label_of_loop(codes)
+    if _ingestion_frame(codes) is not None:
+        return "ingestion", label
+    inner = _innermost_own(codes)
+    if inner is not None and inner.co_filename.startswith(_INSTRUMENT_DIRS):
+        return "instruments", label
+    if any(_slim(c) for c in codes):
+        return "engine", label
+    return "other handler", label
+
+
+def thread_cpu() -> dict:
+    """CPU seconds used so far by each live Python thread (Linux: a
+    per-thread clock), keyed by thread id."""
+    out = {}
+    for t in threading.enumerate():
+        tid = t.ident
+        if tid is None:
+            continue
+        try:
+            out[tid] = time.clock_gettime(time.pthread_getcpuclockid(tid))
+        except (OSError, AttributeError, OverflowError):
+            continue
+    return out
+
+
+def snapshot() -> dict:
+    """Every thread's current frame (``sys._current_frames``)."""
+    return sys._current_frames()

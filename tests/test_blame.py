@@ -1,0 +1,278 @@
+"""What the event loop's blocks were spent on (slimgraph.instrument.blame).
+
+Real threads, a real asyncio loop and the real LoopMonitor: a block is made
+by code that stands where the cause would (a function compiled with the file
+name of a Bokeh view, of distributed's scheduler, of slimgraph's pipeline),
+or by a thread holding the GIL in one long C call (``pickle.loads``), and the
+monitor must name it.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import pickle
+import threading
+import time
+
+import pytest
+
+from slimgraph.instrument import blame
+from slimgraph.instrument.loopmon import LoopMonitor, longest_by_cause
+
+SITE = os.path.join(os.sep, "venv", "lib", "python3.11", "site-packages")
+
+SPIN = """
+def {name}(seconds):
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        sum(range(50))
+"""
+
+LOADS = """
+def {name}(payload, keep):
+    keep.append(pickle.loads(payload))   # one C call holding the GIL
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.05:   # where the next snapshot finds it
+        sum(range(50))
+"""
+# (the result is kept: freeing it in the thread would be a second long C call)
+
+
+@pytest.fixture(autouse=True)
+def no_automatic_collections():
+    """Automatic collections would be blocks of their own, at any moment:
+    each test makes the one it checks (test_a_collection_is_its_own_cause
+    collects explicitly)."""
+    was = gc.isenabled()
+    gc.disable()
+    yield
+    if was:
+        gc.enable()
+
+
+CALL = """
+def {name}(seconds):
+    inner(seconds)
+"""
+
+
+def _fn(src: str, name: str, filename: str, inner=None):
+    ns = {"time": time, "pickle": pickle, "inner": inner}
+    exec(compile(src.format(name=name), filename, "exec"), ns)
+    return ns[name]
+
+
+def _chain(*where):
+    """Nested calls, outermost first: ``(filename, name)`` each; the
+    innermost spins."""
+    fn = None
+    for i, (filename, name) in enumerate(reversed(where)):
+        fn = _fn(SPIN, name, filename) if i == 0 else _fn(CALL, name, filename, inner=fn)
+    return fn
+
+
+HANDLE_STREAM = (os.path.join(SITE, "distributed", "core.py"), "handle_stream")
+
+
+@pytest.fixture(scope="module")
+def payload() -> bytes:
+    """A pickle whose loads takes a few hundred ms in one C call."""
+    data = pickle.dumps([(i, str(i), (i,)) for i in range(1_500_000)])
+    t = time.perf_counter()
+    pickle.loads(data)
+    assert time.perf_counter() - t > 0.12, "the payload must make a block longer than blame_after"
+    return data
+
+
+def _run(coro_fn):
+    async def main():
+        mon = LoopMonitor().start()
+        try:
+            await asyncio.sleep(0.05)
+            mark = mon.mark()
+            await coro_fn()
+            await asyncio.sleep(0.1)  # the watchdog closes the last block
+            return mon.causes_since(mark)
+        finally:
+            mon.stop()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("filename, name, cause, label", [
+    (os.path.join(SITE, "bokeh", "server", "views", "doc_handler.py"), "get",
+     "other handler", "bokeh: get"),
+    (os.path.join(SITE, "distributed", "scheduler.py"), "update_graph",
+     "ingestion", "distributed: update_graph"),
+    (os.path.join(blame._PKG, "ingest", "tail.py"), "slice_of_ready_tasks",
+     "ingestion", "slimgraph: slice_of_ready_tasks"),
+    (os.path.join(blame._PKG, "instrument", "memory.py"), "memory_tree",
+     "instruments", "slimgraph: memory_tree"),
+], ids=["dashboard-page", "stock-update-graph", "slim-pipeline", "slim-instruments"])
+def test_a_callback_that_runs_long_is_blamed_on_what_it_runs(filename, name, cause, label):
+    spin = _fn(SPIN, name, filename)
+
+    async def block():
+        spin(0.25)
+
+    causes = _run(block)
+    assert len(causes) == 1, causes
+    c = causes[0]
+    assert 0.2 <= c.seconds <= 0.4
+    assert c.cause == cause, c
+    assert c.label.startswith(label), c
+    assert c.parts[cause] >= 0.8 * c.seconds, c.parts
+
+
+@pytest.mark.parametrize("chain, cause, label", [
+    ([HANDLE_STREAM, (os.path.join(blame._PKG, "model", "taskstate.py"), "thaw")],
+     "engine", "distributed: handle_stream / slimgraph: thaw"),
+    ([HANDLE_STREAM, (os.path.join(blame._PKG, "instrument", "stock.py"), "wrapper"),
+      (os.path.join(SITE, "distributed", "scheduler.py"), "_transition")],
+     "other handler", "distributed: handle_stream > _transition"),
+    ([HANDLE_STREAM, (os.path.join(blame._PKG, "ingest", "tail.py"), "on_result")],
+     "ingestion", "distributed: handle_stream / slimgraph: on_result"),
+], ids=["engine-under-a-handler", "recorder-wrapper-is-transparent", "pipeline-under-a-handler"])
+def test_whose_code_runs_under_distributeds_handler(chain, cause, label):
+    """Under one of distributed's handlers: slimgraph's engine working for
+    it is the engine's block; a recorder's wrapper around distributed's own
+    code is not slimgraph's; the ingestion's pipeline is the ingestion's."""
+    fn = _chain(*chain)
+
+    async def block():
+        fn(0.2)
+
+    causes = _run(block)
+    assert len(causes) == 1, causes
+    assert causes[0].cause == cause, causes[0]
+    assert causes[0].label == label, causes[0]
+
+
+@pytest.mark.parametrize("thread_name, filename, cause, who", [
+    ("Dask-Offload_0", os.path.join(SITE, "distributed", "protocol", "pickle.py"),
+     "dask's own", "thread Dask-Offload_0: distributed: loads"),
+    ("slimgraph-test-build", os.path.join(blame._PKG, "ingest", "compact", "graph.py"),
+     "ingestion", "thread slimgraph-test-build: slimgraph: loads"),
+    ("user-thread", os.path.join(SITE, "mylib", "io.py"),
+     "other thread", "thread user-thread: mylib: loads"),
+], ids=["dask-call-in-the-offload-thread", "engine-call-in-its-thread", "someone-else"])
+def test_a_thread_holding_the_gil_is_blamed_not_the_waiting_loop(payload, thread_name, filename, cause, who):
+    loads = _fn(LOADS, "loads", filename)
+
+    keep: list = []
+
+    async def block():
+        th = threading.Thread(target=loads, args=(payload, keep), name=thread_name)
+        await asyncio.sleep(0.02)
+        th.start()
+        while th.is_alive():
+            await asyncio.sleep(0.002)
+
+    causes = _run(block)
+    long = [c for c in causes if c.seconds >= 0.1]
+    assert long, causes
+    c = max(long, key=lambda c: c.seconds)
+    assert c.cause == cause, c
+    assert c.label == who, c
+
+
+def test_a_handler_preempted_by_a_long_call_shares_its_block_with_it(payload):
+    """The loop runs a handler (a dashboard page) when another thread takes
+    the GIL for one long call: the handler's frame is still on the loop's
+    stack, but for that stretch the loop only waited. The block is shared:
+    the handler's part and the thread's part, told apart by CPU clocks."""
+    page = _fn(SPIN, "get", os.path.join(SITE, "bokeh", "server", "views", "doc_handler.py"))
+    loads = _fn(LOADS, "loads", os.path.join(SITE, "distributed", "protocol", "pickle.py"))
+    t = time.perf_counter()
+    pickle.loads(payload)
+    call = time.perf_counter() - t
+
+    keep: list = []
+
+    async def block():
+        th = threading.Thread(target=loads, args=(payload, keep), name="Dask-Offload_0")
+        th.start()
+        page(0.3 + call)
+        while th.is_alive():
+            await asyncio.sleep(0.002)
+
+    causes = _run(block)
+    c = max(causes, key=lambda c: c.seconds)
+    assert c.seconds >= 0.3 + call
+    assert c.parts.get("other handler", 0) >= 0.2, c.parts
+    assert c.parts.get("dask's own", 0) >= 0.5 * call, c.parts
+
+
+def test_a_collection_is_its_own_cause():
+    """A full collection is one C call on the loop: no snapshot sees it, the
+    gc callback times it, and the block is the collection's, not the
+    handler's that happened to trigger it."""
+    page = _fn(SPIN, "get", os.path.join(SITE, "bokeh", "server", "views", "doc_handler.py"))
+    held = [[i] for i in range(2_000_000)]   # tracked containers to traverse
+
+    async def block():
+        page(0.06)
+        t = time.perf_counter()
+        gc.collect()
+        return time.perf_counter() - t
+
+    took: list = []
+
+    async def timed():
+        took.append(await block())
+
+    causes = _run(timed)
+    del held
+    c = max(causes, key=lambda c: c.seconds)
+    assert took[0] >= 0.05, "the collection must be long enough to be a block"
+    assert c.cause == "garbage collection", c
+    assert c.label.startswith("gen 2 collection in "), c
+    assert c.parts["garbage collection"] >= 0.8 * took[0], c.parts
+    assert c.parts.get("other handler", 0) >= 0.03, c.parts
+
+
+def test_longest_by_cause_keeps_the_longest_of_each():
+    from slimgraph.instrument.loopmon import BlockCause
+
+    causes = [BlockCause(1, 1, 0.3, "other handler", "bokeh: a"),
+              BlockCause(2, 2, 0.9, "other handler", "bokeh: b"),
+              BlockCause(3, 3, 0.2, "ingestion", "slimgraph: c")]
+    assert longest_by_cause(causes) == {
+        "other handler": {"seconds": 0.9, "label": "bokeh: b"},
+        "ingestion": {"seconds": 0.2, "label": "slimgraph: c"},
+    }
+
+
+def test_a_record_blames_its_blocks_and_owns_the_one_it_ends_in():
+    """The recorder's ``finish``: blocks of other handlers during the
+    submission keep their cause; the block still running when update_graph
+    finishes is the ingestion's own."""
+    from distributed import Scheduler
+
+    from slimgraph.instrument.recorder import SlimgraphExtension
+    from slimgraph.instrument.records import SubmissionRecord
+
+    page = _fn(SPIN, "get", os.path.join(SITE, "bokeh", "server", "views", "doc_handler.py"))
+
+    async def main():
+        async with Scheduler(dashboard_address=":0", port=0) as s:
+            ext = SlimgraphExtension(s, register_handlers=False)
+            await asyncio.sleep(0.05)
+            rec = SubmissionRecord(scheduler="stock")
+            token = ext.begin(rec)
+            page(0.3)                    # another handler, while the submission runs
+            await asyncio.sleep(0.1)     # (the watchdog closes that block)
+            spin = _fn(SPIN, "commit", os.path.join(SITE, "distributed", "scheduler.py"))
+            spin(0.15)                   # the submission's own last step
+            ext.finish(rec, token, append=False)
+            ext.teardown()
+            return rec
+
+    rec = asyncio.run(main())
+    causes = rec.block_causes
+    assert set(causes) == {"other handler", "ingestion"}, causes
+    assert 0.25 <= causes["other handler"]["seconds"] <= 0.45
+    assert causes["other handler"]["label"].startswith("bokeh: get")
+    assert 0.12 <= causes["ingestion"]["seconds"] <= 0.3
+    assert rec.longest_block_s >= causes["other handler"]["seconds"]
