@@ -204,6 +204,29 @@ def test_a_handler_preempted_by_a_long_call_shares_its_block_with_it(payload):
     assert c.parts.get("dask's own", 0) >= 0.5 * call, c.parts
 
 
+def test_a_handler_sharing_the_gil_with_a_busy_ingestion_thread_is_the_handlers_block():
+    """A dashboard page built on the loop while the ingestion's thread runs
+    Python code: both want the GIL and get about half each. The page takes
+    twice as long, but the loop is busy with the page (the thread alone
+    would not block the loop: it gives the GIL up every switch interval)."""
+    page = _fn(SPIN, "get", os.path.join(SITE, "bokeh", "server", "views", "doc_handler.py"))
+    build = _fn(SPIN, "build", os.path.join(blame._PKG, "ingest", "build.py"))
+
+    async def block():
+        th = threading.Thread(target=build, args=(0.8,), name="Dask-Offload_0")
+        th.start()
+        await asyncio.sleep(0.05)
+        page(0.4)
+        while th.is_alive():
+            await asyncio.sleep(0.002)
+
+    causes = _run(block)
+    c = max(causes, key=lambda c: c.seconds)
+    assert c.seconds >= 0.35
+    assert c.cause == "other handler", c
+    assert c.parts["other handler"] >= 0.8 * c.seconds, c.parts
+
+
 def test_a_collection_is_its_own_cause():
     """A full collection is one C call on the loop: no snapshot sees it, the
     gc callback times it, and the block is the collection's, not the

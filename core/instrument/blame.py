@@ -53,9 +53,9 @@ stack (``sys._current_frames()``) every few milliseconds and hands it to
 
 Who was busy is read from each thread's CPU clock, not guessed from its
 frame: between two snapshots, the thread that used the CPU is the one that
-ran. The loop is blamed on what it runs when it used at least as much CPU as
-any other thread; otherwise on the busiest other thread, whose GIL it was
-waiting for. A snapshot cannot be taken while one thread holds the GIL in a
+ran. The loop is blamed on what it runs when it used a fair share of the
+CPU (a handler sharing the GIL with a busy thread gets about half);
+otherwise on the busiest other thread, whose GIL it was waiting for. A snapshot cannot be taken while one thread holds the GIL in a
 single C call (the watchdog wakes late): the next one then weighs the whole
 stretch it missed, and the CPU clocks still say who held the GIL. The
 attribution is a sample: exact to a few milliseconds for the loop's own
@@ -205,6 +205,12 @@ def _where_busy(codes: list) -> str:
     return f"{_owner(codes[0].co_filename)}: {_qual(codes[0])}"
 
 
+#: The CPU share (of the time between two snapshots) from which the loop
+#: counts as running its handler rather than waiting for the GIL: two
+#: threads that both want the GIL get about half each.
+LOOP_SHARE = 0.25
+
+
 def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
              skip: tuple = ()) -> tuple[str, str]:
     """``(cause, label)`` of one snapshot of every thread's stack.
@@ -215,9 +221,11 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
     for work or for the GIL, whatever its frame shows; ``skip``: thread ids
     never to blame (the watchdog itself).
 
-    The loop is blamed on what it runs when it got at least as much CPU as
-    the busiest other thread; otherwise on that thread, which held the GIL
-    the loop was waiting for.
+    The loop is blamed on what it runs when it got a fair share of the CPU
+    (:data:`LOOP_SHARE`) or at least as much as the busiest other thread: a
+    handler that shares the GIL with a busy thread takes longer, but the
+    block is the handler's (the loop has nothing to wait for otherwise).
+    Else on the busiest thread, whose GIL the loop was waiting for.
     """
     names = {t.ident: t.name for t in threading.enumerate()}
     loop = _stack(frames.get(loop_tid)) if loop_tid is not None else []
@@ -229,7 +237,8 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
         if used > busiest_cpu:
             busiest, busiest_cpu = tid, used
     floor = 0.1 * elapsed
-    if loop and loop_cpu >= busiest_cpu and loop_cpu > floor and not _is_idle(loop):
+    running = bool(loop) and not _is_idle(loop)
+    if running and (loop_cpu >= LOOP_SHARE * elapsed or loop_cpu >= busiest_cpu) and loop_cpu > floor:
         return _on_loop(_callback(loop))
     if busiest is not None and busiest_cpu > floor:
         codes = _stack(frames[busiest])

@@ -14,31 +14,66 @@ structures, e.g. a queue that adopted a staged list, must not be).
 """
 from __future__ import annotations
 
+from collections import deque
+from time import perf_counter
 from typing import Any
 
-#: Entries freed per step (about a millisecond of work).
+#: Most entries freed per step, and the time a step should take: a step is
+#: one C call (``del lst[-n:]``) and frees what its entries alone hold, so
+#: its size follows how heavy the entries turn out to be. Entries that are
+#: whole structures (a dispatch run holding 500 messages with their
+#: run_specs) made 20,000-entry steps of one 1.25 s cascade, seen as a
+#: block of the event loop (slimgraph.instrument.blame) at 1M tasks.
 STEP = 20_000
+STEP_SECONDS = 0.001
 
 
-def drain(containers: list) -> None:
+def drain(containers: list) -> float:
     """Empty every list, dict, set or deque in ``containers``, in steps,
-    then drop them. Meant for a worker thread (``offload``)."""
+    then drop them. Meant for a worker thread (``offload``). Returns the
+    longest step (seconds; for dicts, sets and deques, 256 entries, each
+    its own C call): about the longest the event loop waited for the GIL."""
+    longest = 0.0
     while containers:
         c = containers.pop()
-        if isinstance(c, list):
+        if isinstance(c, (list, deque)):
+            longest = max(longest, _drain_sequence(c))
+        elif isinstance(c, (dict, set)):
+            # one entry per C call; timed per 256 (an upper bound per step)
+            take = c.popitem if isinstance(c, dict) else c.pop
             while c:
-                del c[-STEP:]
-        elif isinstance(c, dict):
-            popitem = c.popitem
-            while c:
-                for _ in range(min(STEP, len(c))):
-                    popitem()
-        elif isinstance(c, set):
-            pop = c.pop
-            while c:
-                for _ in range(min(STEP, len(c))):
-                    pop()
+                t = perf_counter()
+                for _ in range(min(256, len(c))):
+                    take()
+                longest = max(longest, perf_counter() - t)
         del c
+    return longest
+
+
+def _drain_sequence(c: Any) -> float:
+    """Empty a list (from its end, in steps that grow while they stay under
+    ``STEP_SECONDS`` and shrink when they do not) or a deque (one entry at a
+    time)."""
+    longest = 0.0
+    if isinstance(c, deque):
+        pop = c.pop
+        while c:
+            t = perf_counter()
+            for _ in range(min(256, len(c))):
+                pop()
+            longest = max(longest, perf_counter() - t)
+        return longest
+    step = 16
+    while c:
+        t = perf_counter()
+        del c[-step:]
+        took = perf_counter() - t
+        longest = max(longest, took)
+        if took < STEP_SECONDS / 2 and step < STEP:
+            step *= 2
+        elif took > STEP_SECONDS and step > 1:
+            step //= 2
+    return longest
 
 
 def big(*containers: Any, at_least: int = 10_000) -> list:
