@@ -79,8 +79,19 @@ _INGEST_DIRS = (_PKG + "ingest" + os.sep, _PKG + "order.py")
 
 CAUSES = ("ingestion", "dask's own", "engine", "garbage collection", "instruments", "other handler", "other thread", "unknown")
 
-#: Functions of distributed's scheduler module that are stock's ingestion.
-_STOCK_INGESTION = frozenset({"update_graph", "_materialize_graph"})
+#: Functions of distributed's scheduler module that are stock's ingestion:
+#: update_graph and the materialize step the shim wraps (its private name
+#: lives in the shim), read on first use.
+_STOCK_INGESTION: frozenset | None = None
+
+
+def _stock_ingestion() -> frozenset:
+    global _STOCK_INGESTION
+    if _STOCK_INGESTION is None:
+        from slimgraph import shim
+
+        _STOCK_INGESTION = frozenset({"update_graph", shim.STOCK_FUNCTIONS["materialize"][1]})
+    return _STOCK_INGESTION
 
 #: distributed's offload thread: both engines deserialize, materialize (and
 #: stock orders) a submission there; in a scheduler little else runs there
@@ -133,11 +144,12 @@ def _ingestion_frame(codes: list):
     slimgraph's pipeline (``slimgraph.ingest``, its ordering) or an
     ``update_graph`` (stock's, or the drop-in's), or None."""
     found = None
+    stock = _stock_ingestion()
     for c in codes:
         f = c.co_filename
         if f.startswith(_INGEST_DIRS):
             found = c
-        elif c.co_name in _STOCK_INGESTION and (
+        elif c.co_name in stock and (
                 f.startswith(_PKG) or (f.endswith(os.sep + "scheduler.py") and "distributed" in f)):
             found = c
     return found
