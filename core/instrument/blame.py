@@ -55,9 +55,10 @@ Who was busy is read from each thread's CPU clock, not guessed from its
 frame: between two snapshots, the thread that used the CPU is the one that
 ran. The loop is blamed on what it runs when it used a fair share of the
 CPU (a handler sharing the GIL with a busy thread gets about half);
-otherwise on the busiest other thread, whose GIL it was waiting for. A snapshot cannot be taken while one thread holds the GIL in a
-single C call (the watchdog wakes late): the next one then weighs the whole
-stretch it missed, and the CPU clocks still say who held the GIL. The
+otherwise on the busiest other thread, whose GIL it was waiting for. A
+snapshot cannot be taken while one thread holds the GIL in a single C call
+(the watchdog wakes late): the next one then weighs the whole stretch it
+missed, and the CPU clocks still say who held the GIL. The
 attribution is a sample: exact to a few milliseconds for the loop's own
 work, to one snapshot for a single long call.
 """
@@ -195,7 +196,6 @@ def _label_of_loop(codes: list) -> str:
     package``, then ``/ package: innermost function`` when the time goes
     into another package's code (slimgraph's engine under distributed's
     handler, say)."""
-    codes = _callback(codes)
     inner = [c for c in codes if _owner(c.co_filename) not in _CARRIERS]
     if not inner:
         return f"python: {_qual(codes[0])}" if codes else "python"
