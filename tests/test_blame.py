@@ -224,7 +224,8 @@ def test_a_handler_sharing_the_gil_with_a_busy_ingestion_thread_is_the_handlers_
     c = max(causes, key=lambda c: c.seconds)
     assert c.seconds >= 0.35
     assert c.cause == "other handler", c
-    assert c.parts["other handler"] >= 0.6 * c.seconds, c.parts  # (about half under the older rule)
+    # (per-snapshot shares gave 0.5-0.85; read over SHARE_WINDOW, 0.94-0.97 on a loaded machine)
+    assert c.parts["other handler"] >= 0.8 * c.seconds, c.parts
 
 
 def test_a_collection_is_its_own_cause():

@@ -52,8 +52,8 @@ stack (``sys._current_frames()``) every few milliseconds and hands it to
     no thread could be told busy (a snapshot taken as the block ended).
 
 Who was busy is read from each thread's CPU clock, not guessed from its
-frame: between two snapshots, the thread that used the CPU is the one that
-ran. The loop is blamed on what it runs when it used a fair share of the
+frame: over the last few snapshots (:data:`SHARE_WINDOW`), the thread that
+used the CPU is the one that ran. The loop is blamed on what it runs when it used a fair share of the
 CPU (a handler sharing the GIL with a busy thread gets about half);
 otherwise on the busiest other thread, whose GIL it was waiting for. A
 snapshot cannot be taken while one thread holds the GIL in a single C call
@@ -222,14 +222,21 @@ def _where_busy(codes: list) -> str:
 #: threads that both want the GIL get about half each.
 LOOP_SHARE = 0.25
 
+#: The CPU shares are read over the last this many seconds at least (not
+#: only since the previous snapshot): ten milliseconds hold one or two of
+#: the interpreter's GIL switch intervals, too few to tell a handler that
+#: shares the GIL (half of the time, on average) from one that waits. A
+#: single long call is still seen: the stretch it fills is longer than this.
+SHARE_WINDOW = 0.05
+
 
 def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
              skip: tuple = ()) -> tuple[str, str]:
     """``(cause, label)`` of one snapshot of every thread's stack.
 
     ``frames`` is ``sys._current_frames()``; ``loop_tid`` the event loop's
-    thread; ``cpu`` each thread's CPU seconds since the previous snapshot,
-    ``elapsed`` seconds ago: a thread that used (nearly) none was waiting,
+    thread; ``cpu`` each thread's CPU seconds since an earlier snapshot
+    (at least :data:`SHARE_WINDOW` back), ``elapsed`` seconds ago: a thread that used (nearly) none was waiting,
     for work or for the GIL, whatever its frame shows; ``skip``: thread ids
     never to blame (the watchdog itself).
 

@@ -246,6 +246,7 @@ class LoopMonitor:
         me = threading.get_ident()
         prev_t = time.perf_counter()
         prev_cpu = _blame.thread_cpu() if self.blame else {}
+        window: deque = deque()        # recent (time, CPU clocks): the shares' baseline
         tracked: float | None = None   # start tick of the block being sampled
         parts: list = []               # its (from, to, (cause, label)) stretches
         while not self._stop_evt.wait(self.watch_interval):
@@ -270,12 +271,18 @@ class LoopMonitor:
             in_block = self.running and now - tick - self.interval > 0.002
             cause = None
             ended = self._block_end
+            # the shares are read over at least SHARE_WINDOW: the latest
+            # earlier wake-up that far back is the baseline
+            window.append((prev_t, prev_cpu))
+            while len(window) > 1 and window[1][0] <= now - _blame.SHARE_WINDOW:
+                window.popleft()
+            base_t, base_cpu = window[0]
             if in_block or tracked is not None or ended:
-                delta = {t: c - prev_cpu.get(t, 0.0) for t, c in cpu.items()}  # new: all its CPU
+                delta = {t: c - base_cpu.get(t, 0.0) for t, c in cpu.items()}  # new: all its CPU
                 frames = _blame.snapshot()
                 try:
                     cause = _blame.classify(frames, self._loop_thread_id, delta,
-                                            now - prev_t, skip=(me,))
+                                            now - base_t, skip=(me,))
                 except Exception:  # never let attribution break the monitor
                     cause = ("unknown", "attribution failed")
                 del frames
