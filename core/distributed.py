@@ -22,13 +22,14 @@ history, and sending the resulting messages.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from slimgraph import config, shim
 from slimgraph.ingest.pipeline import Pipeline
 from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.state import SlimSchedulerState
-from slimgraph.runtime import gcpause
+from slimgraph.runtime import finalizers, gcpause
 
 Scheduler = shim.Scheduler
 
@@ -42,6 +43,16 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
         finally:
             # a closed scheduler's tasks must not stay frozen (slimgraph.gc)
             gcpause.on_idle()
+
+    #: dashboard components whose finalizer removes a plugin they added
+    #: (slimgraph.runtime.finalizers): run when stock's collector would
+    slim_finalizers: Any = None
+
+    def add_plugin(self, plugin: Any, *args: Any, **kwargs: Any) -> None:
+        if self.slim_finalizers is None:
+            self.slim_finalizers = finalizers.HeldFinalizers()
+        self.slim_finalizers.adding(plugin, sys._getframe(1))
+        return super().add_plugin(plugin, *args, **kwargs)
 
     def remove_plugin(self, *args: Any, **kwargs: Any) -> None:
         # ... and one removed now hears of everything owed to it first

@@ -7,5 +7,8 @@
 - :mod:`~slimgraph.runtime.switching`: a shorter GIL switch interval while
   an ingestion works in a thread;
 - :mod:`~slimgraph.runtime.disposal`: an ingestion's big temporaries freed
-  in steps, off the event loop.
+  in steps, off the event loop;
+- :mod:`~slimgraph.runtime.finalizers`: the finalizers a frozen collector
+  holds back (dask's Graph page removing its plugin), run when stock's
+  collector would run them.
 """
