@@ -40,7 +40,8 @@ JSON (``--json PATH``)::
            see slimgraph.instrument.blame), "longest_ping_seconds",
            "rss_bytes_per_task", "compute_seconds" (None when cut short),
            "cancel_answer_seconds" (when cut short: from the cancel until the
-           scheduler answers without the graph's key), "sent_in_slices"
+           scheduler answers without the graph's key), "cancel_release_seconds"
+           (until the scheduler's loop first saw the key gone), "sent_in_slices"
            (slim: the record's),
            "tasks", "result"}
 """
@@ -53,7 +54,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any
 
@@ -61,8 +61,11 @@ KINDS = ("stock", "slim")
 
 
 class _Load:
-    """What other users of the scheduler see while it ingests: in its own
-    thread and event loop,
+    """What other users of the scheduler see while it ingests: in a process
+    of its own (the submitting client's process pickles the graph, holding
+    its GIL for seconds: a thread there measured that, not the scheduler;
+    in one 1M-task run it made the longest ping 5.5 s where the scheduler's
+    longest block was 1.2 s), with its own event loop,
 
     - a second connection asks the scheduler for ``identity`` every
       ``interval`` seconds (a plain RPC: the latency another client or a
@@ -82,16 +85,19 @@ class _Load:
 
     def __init__(self, address: str, dashboard: str | None, interval: float = 0.02,
                  submit_every: float = 0.5, dashboard_every: float = 5.0):
-        self.address = address
-        self.dashboard = dashboard
-        self.interval = interval
-        self.submit_every = submit_every
-        self.dashboard_every = dashboard_every
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
         self.pings: list = []
         self.submits: list = []
         self.pages: list = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="slimgraph-load", daemon=True)
+        self._stop = ctx.Event()
+        self._pages_loaded = ctx.Value("i", 0)
+        self._recv, send = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(
+            target=_load_main, name="slimgraph-load", daemon=True,
+            args=(address, dashboard, interval, submit_every, dashboard_every,
+                  self._stop, self._pages_loaded, send))
 
     @property
     def longest(self) -> float:
@@ -101,16 +107,51 @@ class _Load:
     def count(self) -> int:
         return len(self.pings)
 
+    @property
+    def pages_loaded(self) -> int:
+        """Dashboard page loads finished so far (while it runs)."""
+        return self._pages_loaded.value
+
     def __enter__(self) -> "_Load":
-        self._thread.start()
+        self._proc.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
-        self._thread.join(timeout=180)
+        if self._recv.poll(180):
+            got = self._recv.recv()
+            self.pings, self.submits, self.pages = got["pings"], got["submits"], got["pages"]
+        self._proc.join(timeout=30)
+        if self._proc.is_alive():
+            self._proc.terminate()
 
-    def _main(self) -> None:
-        asyncio.run(self._run())
+
+def _load_main(address: str, dashboard: str | None, interval: float, submit_every: float,
+               dashboard_every: float, stop: Any, pages_loaded: Any, send: Any) -> None:
+    """The load process: runs until ``stop`` is set, then sends what it saw."""
+    run = _LoadRun(address, dashboard, interval, submit_every, dashboard_every, stop, pages_loaded)
+    try:
+        asyncio.run(run._run())
+    finally:
+        send.send({"pings": run.pings, "submits": run.submits, "pages": run.pages})
+        send.close()
+
+
+class _LoadRun:
+    """The load's loops, in the load process (see :class:`_Load`)."""
+
+    def __init__(self, address: str, dashboard: str | None, interval: float, submit_every: float,
+                 dashboard_every: float, stop: Any, pages_loaded: Any):
+        self.address = address
+        self.dashboard = dashboard
+        self.interval = interval
+        self.submit_every = submit_every
+        self.dashboard_every = dashboard_every
+        self.pings: list = []
+        self.submits: list = []
+        self.pages: list = []
+        self._stop = stop
+        self._pages_loaded = pages_loaded
 
     async def _run(self) -> None:
         tasks = [asyncio.create_task(self._ping())]
@@ -170,6 +211,7 @@ class _Load:
             except Exception:  # noqa: BLE001 - a failed load is what we report
                 code = 0
             self.pages.append((w, time.perf_counter() - t, code))
+            self._pages_loaded.value = len(self.pages)
             i += 1
             await asyncio.sleep(self.dashboard_every)
 
@@ -257,7 +299,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     else WORKLOADS[workload](tasks))
             say(f"{kind}: submitting")
             with _Load(client.scheduler.address, dash, submit_every=0.5 if load else 0) as ping:
-                while load and len(ping.pages) < 2:  # the dashboard pages are open first
+                while load and ping.pages_loaded < 2:  # the dashboard pages are open first
                     time.sleep(0.1)
                 # this client's earlier submissions (the inputs) are not the one measured
                 seen = len([r for r in get_submissions(client) if r.client == client.id])
@@ -278,9 +320,10 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     time.sleep(max(0.0, rec.start + rec.total_s + compute_seconds - time.time()))
                     t_done = value = None
                     key = fut.key
+                    client.run_on_scheduler(_watch_key, key=key)
                     t_cancel = time.time()
                     fut.cancel()  # (an RPC: it returns once the scheduler has released the graph)
-            cancel_seconds = None
+            cancel_seconds = released_seconds = None
             if t_done is None:
                 # releasing the whole graph is a block of its own (stock's
                 # transitions; slim also makes the plugin calls still owed):
@@ -288,6 +331,9 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                 while client.run_on_scheduler(_has_key, key=key) and time.time() - t_cancel < 900:
                     time.sleep(0.05)
                 cancel_seconds = time.time() - t_cancel
+                # ... and when the scheduler's own loop first saw it gone
+                gone = client.run_on_scheduler(_key_gone_at, key=key)
+                released_seconds = None if gone is None else gone - t_cancel
             # (after the load: other users' figures cover the submission
             # and the computation, up to the cut, as they always did)
             rec = _final_record(client, rec)
@@ -330,6 +376,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "ingestion": rec.ingestion,
             "sent_in_slices": getattr(rec, "sent_in_slices", None),
             "cancel_answer_seconds": cancel_seconds,
+            "cancel_release_seconds": released_seconds,
             "compute_seconds": None if t_done is None else t_done - t0,
             "result": None if t_done is None else repr(value)[:200],
         }
@@ -372,6 +419,29 @@ def by_cause(blocks: list) -> dict:
 def _has_key(key: Any, dask_scheduler: Any = None) -> bool:
     """Whether the scheduler still has ``key`` (answered when its loop is free)."""
     return key in dask_scheduler.tasks
+
+
+#: key -> time.time() when the scheduler's loop first saw it gone (in the
+#: scheduler's process; see :func:`_watch_key`)
+_GONE: dict = {}
+
+
+def _watch_key(key: Any, dask_scheduler: Any = None) -> None:
+    """Note, on the scheduler's loop every 10 ms, when ``key`` is gone: the
+    cancel's own duration, whatever the client's process is busy with."""
+    async def poll() -> None:
+        while key in dask_scheduler.tasks:
+            await asyncio.sleep(0.01)
+        _GONE[key] = time.time()
+
+    _GONE.pop(key, None)
+    task = asyncio.get_running_loop().create_task(poll())
+    _GONE.setdefault("_tasks", set()).add(task)  # (kept until it ends)
+    task.add_done_callback(_GONE["_tasks"].discard)
+
+
+def _key_gone_at(key: Any, dask_scheduler: Any = None) -> float | None:
+    return _GONE.get(key)
 
 
 def _final_record(client: Any, rec: Any, timeout: float = 300) -> Any:
@@ -419,7 +489,7 @@ def bench_client(workload: str, tasks: int, workers: int = 2,
             k: _ratio(st[k], sl[k])
             for k in ("submit_seconds", "update_graph_seconds", "longest_block_seconds",
                       "ingestion_block_seconds", "longest_ping_seconds", "rss_bytes_per_task", "compute_seconds",
-                      "cancel_answer_seconds")
+                      "cancel_answer_seconds", "cancel_release_seconds")
         },
     }
     if json_path:
@@ -437,6 +507,7 @@ def format_client_table(result: dict) -> str:
         ("longest ping from 2nd client (ms)", "longest_ping_seconds", "ms"),
         ("scheduler RSS growth (B/task)", "rss_bytes_per_task", "{:,.0f}"),
         (f"submit + compute on {result['workers']} workers (s)", "compute_seconds", "{:.2f}"),
+        ("cancel -> key released, scheduler-side (s)", "cancel_release_seconds", "{:.2f}"),
         ("cancel -> key released, answered (s)", "cancel_answer_seconds", "{:.2f}"),
     ]
 
