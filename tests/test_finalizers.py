@@ -35,12 +35,12 @@ def _open(s: Scheduler, page: str) -> None:
         assert r.status == 200
 
 
-async def _until(cond, timeout: float = 10.0) -> bool:
+async def _until(cond, timeout: float = 10.0, every: float = 0.2) -> bool:
     t0 = time.monotonic()
     while not cond():
         if time.monotonic() - t0 > timeout:
             return False
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(every)
     return True
 
 
@@ -63,11 +63,14 @@ def _run(kind: type, frozen: bool) -> dict:
             if frozen:
                 # a big graph held: what exists now is kept by the collector
                 gcpause.freeze_until_idle()
-            # Bokeh discards the session nobody connected to (and destroys
-            # its document); a full collection follows, as under load
-            await asyncio.sleep(1.0)
-            gc.collect()
-            gone = await _until(lambda: not _layouts(s), timeout=2.0)
+            # Bokeh discards the session nobody connected to (after 0.3 s)
+            # and destroys its document; full collections follow, as under
+            # load. (A frozen stock scheduler must still have it after 5 s.)
+            def collected() -> bool:
+                gc.collect()
+                return not _layouts(s)
+
+            gone = await _until(collected, timeout=5.0 if frozen and kind is Scheduler else 15.0)
             out = {"added": added, "gone": gone, "ran": getattr(getattr(s, "slim_finalizers", None), "ran", None)}
             if frozen and kind is SlimScheduler:
                 # when the freeze ends the collector frees the component and
