@@ -125,16 +125,19 @@ class BlocksView:
                                         "cause": [], "label": [], "color": []}, name="sg-blocks")  # fmt: skip
         fig = figure(title=Title(text="event-loop blocks of 50 ms or more, by cause (hover: what ran)"),
                      x_axis_type="datetime", y_range=FactorRange(*reversed(kinds)),
-                     height=150 + 10 * len(kinds), sizing_mode="stretch_width",
+                     height=180 + 10 * len(kinds), sizing_mode="stretch_width",
                      tools="xpan,xwheel_zoom,reset,save", toolbar_location="right",
                      **({} if x_range is None else {"x_range": x_range}))  # fmt: skip
         r = fig.hbar(y="kind", left="left", right="right", height=0.7, source=self.source,
                      fill_color="color", line_color="color", legend_field="cause")  # fmt: skip
         fig.xaxis.formatter = _time_formatter()
         fig.xaxis.ticker.desired_num_ticks = 6
-        fig.legend.orientation = "horizontal"
-        fig.legend.location = "top_left"
-        fig.legend.label_text_font_size = "8pt"
+        # the legend below the plot: inside, it covered the first engine's row
+        legend = fig.legend[0]
+        fig.add_layout(legend, "below")
+        legend.orientation = "horizontal"
+        legend.location = "center"
+        legend.label_text_font_size = "8pt"
         fig.add_tools(HoverTool(renderers=[r], tooltips=[
             ("engine", "@kind"), ("block", "@seconds{0.000} s"), ("cause", "@cause"), ("what ran", "@label")]))
         self.figure = fig
