@@ -234,7 +234,8 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
              skip: tuple = ()) -> tuple[str, str]:
     """``(cause, label)`` of one snapshot of every thread's stack.
 
-    ``frames`` is ``sys._current_frames()``; ``loop_tid`` the event loop's
+    ``frames`` is :func:`snapshot`'s (each thread's code objects, innermost
+    first); ``loop_tid`` the event loop's
     thread; ``cpu`` each thread's CPU seconds since an earlier snapshot
     (at least :data:`SHARE_WINDOW` back), ``elapsed`` seconds ago: a thread that used (nearly) none was waiting,
     for work or for the GIL, whatever its frame shows; ``skip``: thread ids
@@ -247,7 +248,7 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
     Else on the busiest thread, whose GIL the loop was waiting for.
     """
     names = {t.ident: t.name for t in threading.enumerate()}
-    loop = _stack(frames.get(loop_tid)) if loop_tid is not None else []
+    loop = frames.get(loop_tid, []) if loop_tid is not None else []
     loop_cpu = cpu.get(loop_tid, 0.0)
     busiest, busiest_cpu = None, 0.0
     for tid, used in cpu.items():
@@ -260,7 +261,7 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
     if running and (loop_cpu >= LOOP_SHARE * elapsed or loop_cpu >= busiest_cpu) and loop_cpu > floor:
         return _on_loop(_callback(loop))
     if busiest is not None and busiest_cpu > floor:
-        codes = _stack(frames[busiest])
+        codes = frames[busiest]
         name = str(names.get(busiest, busiest))
         who = f"thread {name}: {_where_busy(codes)}"
         if _ingestion_frame(codes) is not None or name.startswith(_OFFLOAD):
@@ -302,5 +303,13 @@ def thread_cpu() -> dict:
 
 
 def snapshot() -> dict:
-    """Every thread's current frame (``sys._current_frames``)."""
-    return sys._current_frames()
+    """Every thread's stack now, as code objects innermost first.
+
+    The frames are walked at once and not kept. A frame object of another
+    thread is only safe to walk while that thread has not moved on: in
+    CPython 3.11, following ``f_back`` from a coroutine frame that has been
+    suspended since can read a freed caller frame. Walking it later, after
+    the GIL had switched, crashed the process once (a segfault in
+    ``_stack``, in the test suite, while an ingestion thread ran with a
+    short switch interval)."""
+    return {tid: _stack(f) for tid, f in sys._current_frames().items()}
