@@ -24,7 +24,7 @@ from slimgraph.model.containers import NO_EDGES
 from slimgraph.model.queue import TaskQueue
 from slimgraph.model.taskstate import SlimTaskState
 from slimgraph.runtime import gcpause
-from slimgraph.shim import TaskGroup, TaskPrefix, TransitionHook, run_stock_transition, scheduler_story
+from slimgraph.shim import TaskGroup, TaskPrefix, TransitionHook, scheduler_story
 
 #: Transitions that never touch waiting_on / waiters / edges.
 _CONTAINER_FREE = frozenset(
@@ -38,6 +38,25 @@ _CONTAINER_FREE = frozenset(
         ("processing", "processing"),
     ]
 )
+
+
+def _thaw_waiting_on(ts: SlimTaskState) -> None:
+    w = ts.waiting_on
+    if w is not None and (type(w) is not set or w is ts.dependencies):
+        ts.waiting_on = set(w)
+
+
+def _thaw_waiters(ts: SlimTaskState) -> None:
+    w = ts.waiters
+    if w is not None and (type(w) is not set or w is ts.dependents):
+        ts.waiters = set(w)
+
+
+def _settle(ts: SlimTaskState) -> None:
+    if ts.waiting_on is not None and not ts.waiting_on:
+        ts.waiting_on = None
+    if ts.waiters is not None and not ts.waiters:
+        ts.waiters = None
 
 
 class SlimSchedulerState(TransitionHook):
@@ -111,16 +130,9 @@ class SlimSchedulerState(TransitionHook):
         return self._slim_transition(key, finish, stimulus_id, kwargs)
 
     def _slim_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
-        # The hot path of every transition (releasing a million-task graph
-        # runs it 1.6 M times), so each step is written out in place.
-        # *Thaw*: a waiting_on / waiters that is a compact container, or the
-        # very edge set it was seeded from, becomes a private set before
-        # distributed's code may mutate it. *Settle*: one emptied becomes
-        # None again, and an emptied edge set of a forgotten task's
-        # neighbour the shared NO_EDGES.
         ts = self.tasks.get(key)
         if ts is None or (ts._state, finish) in _CONTAINER_FREE:
-            out = run_stock_transition(self, key, finish, stimulus_id, **kwargs)
+            out = self.stock_transition(key, finish, stimulus_id, kwargs)
             if finish == "forgotten" and not self.tasks:
                 gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
             return out
@@ -128,24 +140,16 @@ class SlimSchedulerState(TransitionHook):
         # Containers distributed's transition code may mutate: its own, its
         # dependencies' waiters and its dependents' waiting_on (and, when
         # forgetting, the edges on both sides).
+        _thaw_waiting_on(ts)
+        _thaw_waiters(ts)
         deps = ts.dependencies
         dependents = ts.dependents
-        w = ts.waiting_on
-        if w is not None and (type(w) is not set or w is deps):
-            ts.waiting_on = set(w)
-        w = ts.waiters
-        if w is not None and (type(w) is not set or w is dependents):
-            ts.waiters = set(w)
         for dts in deps:
-            w = dts.waiters
-            if w is not None and (type(w) is not set or w is dts.dependents):
-                dts.waiters = set(w)
+            _thaw_waiters(dts)
             if forgetting and type(dts.dependents) is not set:
                 dts.dependents = set(dts.dependents)
         for dts in dependents:
-            w = dts.waiting_on
-            if w is not None and (type(w) is not set or w is dts.dependencies):
-                dts.waiting_on = set(w)
+            _thaw_waiting_on(dts)
             if forgetting and type(dts.dependencies) is not set:
                 dts.dependencies = set(dts.dependencies)
         if forgetting:
@@ -153,28 +157,17 @@ class SlimSchedulerState(TransitionHook):
                 ts.dependencies = set(deps)
             if type(dependents) is not set:
                 ts.dependents = set(dependents)
-        out = run_stock_transition(self, key, finish, stimulus_id, **kwargs)
+        out = self.stock_transition(key, finish, stimulus_id, kwargs)
         if forgetting and not self.tasks:
             gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
         if self.slim_lazy:
-            if ts.waiting_on is not None and not ts.waiting_on:
-                ts.waiting_on = None
-            if ts.waiters is not None and not ts.waiters:
-                ts.waiters = None
+            _settle(ts)
             for dts in deps:
-                w = dts.waiters
-                if w is not None and not w:
-                    dts.waiters = None
-                if dts.waiting_on is not None and not dts.waiting_on:
-                    dts.waiting_on = None
+                _settle(dts)
                 if forgetting and not dts.dependents:
                     dts.dependents = NO_EDGES
             for dts in dependents:
-                w = dts.waiting_on
-                if w is not None and not w:
-                    dts.waiting_on = None
-                if dts.waiters is not None and not dts.waiters:
-                    dts.waiters = None
+                _settle(dts)
                 if forgetting and not dts.dependencies:
                     dts.dependencies = NO_EDGES
         return out

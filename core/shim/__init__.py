@@ -603,17 +603,10 @@ class TransitionHook(SchedulerState):
         return self.on_transition(key, finish, stimulus_id, kwargs)
 
     def on_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
-        return _stock_transition(self, key, finish, stimulus_id, **kwargs)
+        return self.stock_transition(key, finish, stimulus_id, kwargs)
 
     def stock_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
-        return _stock_transition(self, key, finish, stimulus_id, **kwargs)
-
-
-#: distributed's own transition, called as a plain function
-#: ``(state, key, finish, stimulus_id, **kwargs)``: releasing a million-task
-#: graph makes 1.6 M of these calls, and ``super()`` built a proxy object
-#: for each one
-_stock_transition = run_stock_transition = SchedulerState._transition
+        return super()._transition(key, finish, stimulus_id, **kwargs)
 
 
 # ---------------------------------------------------------------------------
