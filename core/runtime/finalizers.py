@@ -93,9 +93,9 @@ class HeldFinalizers:
         method of a component with its own finalizer that holds the plugin,
         watch the component."""
         owner = caller.f_locals.get("self") if caller is not None else None
-        if owner is None or "__del__" not in _own_dict(type(owner)):
+        if owner is None or getattr(type(owner), "__del__", None) is None:
             return
-        if not any(v is plugin for v in _instance_dict(owner).values()):
+        if not any(v is plugin for v in getattr(owner, "__dict__", {}).values()):
             return
         try:
             self.watched.append(_Watched(owner))
@@ -148,18 +148,3 @@ class HeldFinalizers:
             owner.__class__ = _without_finalizer(cls)
         except TypeError:
             logger.info("slimgraph: could not disarm the finalizer of %s", cls.__qualname__)
-
-
-def _own_dict(cls: type) -> dict:
-    """Attributes defined by ``cls`` or a base other than ``object``."""
-    out: dict = {}
-    for c in reversed(cls.__mro__[:-1]):
-        out.update(vars(c))
-    return out
-
-
-def _instance_dict(obj: Any) -> dict:
-    try:
-        return vars(obj)
-    except TypeError:
-        return {}
