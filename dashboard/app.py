@@ -273,7 +273,6 @@ class App:
                 fig.height = 220
             self.views.lazy[k].figure.xaxis.ticker.desired_num_ticks = 5
             self.views.lazy[k].figure.y_range.start = 0
-            self.views.lazy_attrs[k].figure.xaxis.axis_label = "tasks"
 
     def _layout(self):
         self.launcher = pn.Column(
@@ -503,11 +502,12 @@ class App:
                 if snap.lazy_attrs is not None:
                     self.views.lazy_attrs[k].show(snap.lazy_attrs)
             if snap.tree is not None:
-                trees[k] = snap.tree
-        if trees and any(self._tree_seq[k] != self.poll.engines[k].tree_seq for k in trees):
-            biggest = max(t[3] for t in trees.values()) or 1
-            for k, (data, ntasks, sample, total) in trees.items():
-                self._tree_seq[k] = self.poll.engines[k].tree_seq
+                trees[k] = (("live", snap.tree_seq), snap.tree, "")
+        trees.update(self._kept_trees(trees))
+        if trees and any(self._tree_seq[k] != seq for k, (seq, _, _) in trees.items()):
+            biggest = max(t[3] for _, t, _ in trees.values()) or 1
+            for k, (seq, (data, ntasks, sample, total), when) in trees.items():
+                self._tree_seq[k] = seq
                 scale = total / biggest
                 d = dict(data)
                 d["x0"] = [x * scale for x in data["x0"]]
@@ -518,10 +518,24 @@ class App:
                 from slimgraph.instrument.memory import fmt_bytes
 
                 how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"
-                self.views.memory[k].figure.title.text = f"scheduler memory: {k}, {fmt_bytes(total)} ({how})"
+                self.views.memory[k].figure.title.text = f"scheduler memory: {k}, {fmt_bytes(total)} ({how}){when}"
         if labels:  # jobs name the bars
             for k in self.kinds:
                 self.views.timing[k].relabel({int(s): lab for s, lab in labels.items()})
+
+    def _kept_trees(self, live: dict) -> dict:
+        """Where an engine holds no tasks now (its graph released or
+        computed), the tree kept at the end of the latest job's ingestion on
+        it: the graph's cost, which the live walk no longer sees."""
+        out = {}
+        for k in self.kinds:
+            cur = live.get(k)
+            if cur is not None and cur[1][1] > 0:
+                continue
+            job = next((j for j in reversed(jobs()) if k in j.trees), None)
+            if job is not None:
+                out[k] = (("job", job.id), job.trees[k], f", kept at the end of job {job.id}'s ingestion")
+        return out
 
     def _render(self) -> None:
         self._render_engines()

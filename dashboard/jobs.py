@@ -26,6 +26,7 @@ import itertools
 import logging
 import threading
 import time
+from concurrent.futures import CancelledError
 from typing import Any
 
 from slimgraph import workloads
@@ -86,6 +87,10 @@ class Job:
         #: kind -> flamegraph HTML (str) of the memray capture
         self.flamegraphs: dict[str, str] = {}
         self.memray_errors: dict[str, str] = {}
+        #: each engine's memory tree at the end of this job's ingestion, as
+        #: the poller keeps its live one: (icicle columns, ntasks, sample,
+        #: total bytes). The dashboard shows it once the tasks are released.
+        self.trees: dict[str, tuple] = {}
         self.started = time.time()
         self.finished: float | None = None
         self._cancel = threading.Event()
@@ -209,7 +214,7 @@ class Job:
         if rec is not None:
             res.update(record=rec.submission_id, tasks=rec.tasks, update_graph_s=rec.total_s)
             self._say(kind, "measuring", "measuring the scheduler's state after the ingestion")
-            self._measure_state(feed, res)
+            self._measure_state(feed, res, kind)
         if self.ingest_only:
             fut.release()
             res["status"] = "released"
@@ -238,14 +243,17 @@ class Job:
             time.sleep(0.2)
         return None
 
-    def _measure_state(self, feed, res: dict) -> None:
-        """State bytes per task and bytes saved by lazy containers, now."""
-        from slimgraph.views.transforms import lazy_summary
+    def _measure_state(self, feed, res: dict, kind: str) -> None:
+        """State bytes per task and bytes saved by lazy containers, now; the
+        memory tree kept for the dashboard."""
+        from slimgraph.dashboard.poller import MEMORY_SAMPLE
+        from slimgraph.views.transforms import icicle, lazy_summary, tree_rows
 
         try:
-            tree = feed.sync(feed.memory_tree, 2000, 0.01, timeout=120)
+            tree = feed.sync(feed.memory_tree, MEMORY_SAMPLE, 0.01, timeout=120)
             res["state_bytes"] = tree.total_bytes
             res["state_tasks"] = tree.ntasks
+            self.trees[kind] = (icicle(tree_rows(tree)), tree.ntasks, tree.sample, tree.total_bytes)
             census = feed.sync(feed.lazysets, 0.01, timeout=120)
             point, _ = lazy_summary(census)
             res["lazy_saved_bytes"] = point["saved_mb"] * 2**20
@@ -275,6 +283,8 @@ class Job:
                 res["error"] = repr(fut.exception(timeout=5))
             except Exception as ex:  # noqa: BLE001
                 res["error"] = repr(ex)
+        elif fut.status == "cancelled" and not self._cancel.is_set():
+            res["error"] = self._why_cancelled(fut)
         res["compute_s"] = time.perf_counter() - t1
         if fut.status == "finished":
             _, total = self.progress_by_kind.get(kind, (1, 1))
@@ -282,6 +292,18 @@ class Job:
         fut.release()
         phase = "done" if fut.status == "finished" else ("cancelled" if self._cancel.is_set() else "error")
         self._say(kind, phase, res.get("error") or self._summary_line(res, f"computed in {res['compute_s']:.1f} s"))
+
+    @staticmethod
+    def _why_cancelled(fut) -> str:
+        """What the scheduler said when it cancelled a computation nobody
+        here cancelled (its reason and message travel with the future)."""
+        try:
+            fut.result(timeout=5)
+        except CancelledError as ex:
+            return f"cancelled by the scheduler: {ex}"
+        except Exception as ex:  # noqa: BLE001
+            return f"cancelled by the scheduler ({type(ex).__name__}: {ex})"
+        return "cancelled by the scheduler"
 
     @staticmethod
     def _summary_line(res: dict, tail: str) -> str:

@@ -300,3 +300,56 @@ def test_a_record_blames_its_blocks_and_owns_the_one_it_ends_in():
     assert causes["other handler"]["label"].startswith("bokeh: get")
     assert 0.12 <= causes["ingestion"]["seconds"] <= 0.3
     assert rec.longest_block_s >= causes["other handler"]["seconds"]
+
+
+BURN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+
+
+def test_a_loop_that_waits_for_a_cpu_is_blamed_on_the_machine():
+    """The loop runs a dashboard page while three other processes burn the
+    same CPU: the page's block lasts four times its work, and the loop
+    spends most of it on the kernel's run queue. The block is ``no CPU``
+    (the machine's), not the page's; the label still names what waited."""
+    import subprocess
+    import sys
+
+    if not blame.RunQueueClocks().available:
+        pytest.fail("this Linux has no per-thread schedstat")
+    cpu = min(os.sched_getaffinity(0))
+    page = _fn(SPIN, "get", os.path.join(SITE, "bokeh", "server", "views", "doc_handler.py"))
+    burners = []
+
+    async def block():
+        was = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})  # this thread only: the loop's
+        try:
+            burners.extend(subprocess.Popen([sys.executable, "-c", BURN, str(cpu)]) for _ in range(3))
+            time.sleep(0.3)             # (they start, and pin themselves)
+            await asyncio.sleep(0.05)
+            page(1.0)                    # one second of wall time, about a quarter of it on the CPU
+        finally:
+            for p in burners:
+                p.kill()
+            for p in burners:
+                p.wait()
+            os.sched_setaffinity(0, was)
+
+    causes = _run(block)
+    c = max(causes, key=lambda c: c.seconds)
+    assert c.seconds >= 0.9
+    assert c.cause == "no CPU", c
+    assert c.label.startswith("the loop waited for a CPU, running bokeh: get"), c
+    assert c.parts["no CPU"] >= 0.6 * c.seconds, c.parts
+
+
+def test_a_block_in_which_no_thread_ran_but_one_waited_for_a_cpu_is_no_cpu():
+    """No thread used the CPU, a worker thread waited on the run queue for
+    most of the stretch: the machine's (``no CPU``), not ``unknown``; with
+    nobody waiting either, it stays ``unknown``."""
+    ident = threading.get_ident()
+    frames = {ident: blame.snapshot()[ident], 1: [], 2: []}
+    # (thread ids 1 and 2 are no live thread's: the label says the id)
+    assert blame.classify(frames, 2, {ident: 0.0, 1: 0.0}, 0.1, waits={1: 0.08, 2: 0.0}) \
+        == ("no CPU", "thread 1 waited for a CPU")
+    assert blame.classify(frames, 2, {ident: 0.0, 1: 0.0}, 0.1, waits={1: 0.01})[0] == "unknown"
+    assert blame.classify(frames, 2, {ident: 0.0, 1: 0.0}, 0.1)[0] == "unknown"

@@ -145,6 +145,15 @@ SOURCE_JS = """(name) => {
 }"""
 
 
+TITLE_JS = """(name) => {
+    for (const d of Bokeh.documents) {
+        const m = d.get_model_by_name(name);
+        if (m) return m.title.text;
+    }
+    return null;
+}"""
+
+
 def source(page, name: str) -> dict | None:
     return page.evaluate(SOURCE_JS, name)
 
@@ -406,6 +415,13 @@ def test_launch_both_engines_summary_equals_records(web, launched):
         # the bars: one per engine at the job's slot, labelled by the job
         timing = source(page, f"sg-timing-{kind}")
         assert rec.submission_id in timing["submission_id"]
+    # ingest only: the graphs are released, and each memory tree is the one
+    # kept at the end of the job's ingestion (not the empty live state)
+    for kind in kinds:
+        title = page.evaluate(TITLE_JS, f"sg-memory-figure-{kind}")
+        assert title.endswith(f"kept at the end of job {job_id}'s ingestion"), title
+        tree = source(page, f"sg-memory-{kind}")
+        assert len(tree["x1"]) > 1 and max(tree["bytes"]) > 0, kind
     if len(kinds) == 2:
         ing = page.locator(".sg-summary td[data-kind='slim'][data-key='ingestion']").inner_text()
         assert ing.startswith(("staged", "in place"))

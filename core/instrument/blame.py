@@ -48,6 +48,12 @@ stack (``sys._current_frames()``) every few milliseconds and hands it to
 ``other thread``
     the loop waits for the GIL while a thread that is not an ingestion's
     is busy.
+``no CPU``
+    the operating system ran other processes: the loop thread had work (or
+    the thread it waited for did) but spent more of the block waiting on
+    the kernel's run queue than running. Read from each thread's
+    ``/proc/self/task/<id>/schedstat`` (Linux), so a machine shared with
+    workers, clients and a browser is told apart from a slow handler.
 ``unknown``
     no thread could be told busy (a snapshot taken as the block ended).
 
@@ -78,7 +84,8 @@ _INSTRUMENT_DIRS = tuple(_PKG + d + os.sep for d in ("instrument", "views", "ben
 #: the plugin calls it owes) and its ordering.
 _INGEST_DIRS = (_PKG + "ingest" + os.sep, _PKG + "order.py")
 
-CAUSES = ("ingestion", "dask's own", "engine", "garbage collection", "instruments", "other handler", "other thread", "unknown")
+CAUSES = ("ingestion", "dask's own", "engine", "garbage collection", "instruments", "other handler",
+          "other thread", "no CPU", "unknown")
 
 #: Functions of distributed's scheduler module that are stock's ingestion:
 #: update_graph and the materialize step the shim wraps (its private name
@@ -231,7 +238,7 @@ SHARE_WINDOW = 0.05
 
 
 def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
-             skip: tuple = ()) -> tuple[str, str]:
+             skip: tuple = (), waits: dict | None = None) -> tuple[str, str]:
     """``(cause, label)`` of one snapshot of every thread's stack.
 
     ``frames`` is :func:`snapshot`'s (each thread's code objects, innermost
@@ -246,7 +253,13 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
     handler that shares the GIL with a busy thread takes longer, but the
     block is the handler's (the loop has nothing to wait for otherwise).
     Else on the busiest thread, whose GIL the loop was waiting for.
+
+    ``waits``: each thread's seconds on the kernel's run queue over the same
+    stretch (:class:`RunQueueClocks`). A loop that had work but waited for
+    a CPU longer than it ran, or (when no thread ran) any thread that
+    waited for a CPU for a fair share of the stretch, makes it ``no CPU``.
     """
+    waits = waits or {}
     names = {t.ident: t.name for t in threading.enumerate()}
     loop = frames.get(loop_tid, []) if loop_tid is not None else []
     loop_cpu = cpu.get(loop_tid, 0.0)
@@ -258,6 +271,9 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
             busiest, busiest_cpu = tid, used
     floor = 0.1 * elapsed
     running = bool(loop) and not _is_idle(loop)
+    loop_wait = waits.get(loop_tid, 0.0)
+    if running and loop_wait >= LOOP_SHARE * elapsed and loop_wait > loop_cpu:
+        return "no CPU", f"the loop waited for a CPU, running {_label_of_loop(_callback(loop))}"
     if running and (loop_cpu >= LOOP_SHARE * elapsed or loop_cpu >= busiest_cpu) and loop_cpu > floor:
         return _on_loop(_callback(loop))
     if busiest is not None and busiest_cpu > floor:
@@ -271,6 +287,11 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
         if any(_slim(c) for c in codes):
             return "engine", who
         return "other thread", who
+    starved = max(((w, tid) for tid, w in waits.items() if tid not in skip), default=None)
+    if starved is not None and starved[0] >= LOOP_SHARE * elapsed:
+        tid = starved[1]
+        who = "the loop" if tid == loop_tid else f"thread {names.get(tid, tid)}"
+        return "no CPU", f"{who} waited for a CPU"
     return "unknown", "no busy thread seen"
 
 
@@ -300,6 +321,55 @@ def thread_cpu() -> dict:
         except (OSError, AttributeError, OverflowError):
             continue
     return out
+
+
+class RunQueueClocks:
+    """Seconds each live Python thread has spent runnable but not running
+    (waiting on the kernel's run queue for a CPU), keyed by thread id.
+
+    Linux keeps the figure per thread in ``/proc/self/task/<id>/schedstat``
+    (its second field, in nanoseconds). The files stay open: a ``pread`` of
+    one costs about half a microsecond, so every thread can be read at each
+    of the watchdog's wake-ups. Where the files are missing, :meth:`read`
+    answers ``{}`` and no block is called ``no CPU``.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict = {}  # native id -> open file descriptor
+        self.available = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat")
+
+    def read(self) -> dict:
+        if not self.available:
+            return {}
+        out, seen = {}, set()
+        for t in threading.enumerate():
+            nid = t.native_id
+            if nid is None or t.ident is None:
+                continue
+            seen.add(nid)
+            fd = self._fds.get(nid)
+            try:
+                if fd is None:
+                    fd = self._fds[nid] = os.open(f"/proc/self/task/{nid}/schedstat", os.O_RDONLY)
+                out[t.ident] = int(os.pread(fd, 64, 0).split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                # the thread has ended (its id may come back for a new one)
+                self._drop(nid)
+        for nid in [n for n in self._fds if n not in seen]:
+            self._drop(nid)
+        return out
+
+    def _drop(self, nid: int) -> None:
+        fd = self._fds.pop(nid, None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        for nid in list(self._fds):
+            self._drop(nid)
 
 
 def snapshot() -> dict:

@@ -245,8 +245,10 @@ class LoopMonitor:
     def _watch(self) -> None:
         me = threading.get_ident()
         prev_t = time.perf_counter()
+        runq = _blame.RunQueueClocks() if self.blame else None
         prev_cpu = _blame.thread_cpu() if self.blame else {}
-        window: deque = deque()        # recent (time, CPU clocks): the shares' baseline
+        prev_waits = runq.read() if runq is not None else {}
+        window: deque = deque()        # recent (time, CPU clocks, run-queue clocks): the shares' baseline
         tracked: float | None = None   # start tick of the block being sampled
         parts: list = []               # its (from, to, (cause, label)) stretches
         while not self._stop_evt.wait(self.watch_interval):
@@ -268,21 +270,23 @@ class LoopMonitor:
             now = time.perf_counter()
             tick = self.last_tick
             cpu = _blame.thread_cpu()
+            waits = runq.read()
             in_block = self.running and now - tick - self.interval > 0.002
             cause = None
             ended = self._block_end
             # the shares are read over at least SHARE_WINDOW: the latest
             # earlier wake-up that far back is the baseline
-            window.append((prev_t, prev_cpu))
+            window.append((prev_t, prev_cpu, prev_waits))
             while len(window) > 1 and window[1][0] <= now - _blame.SHARE_WINDOW:
                 window.popleft()
-            base_t, base_cpu = window[0]
+            base_t, base_cpu, base_waits = window[0]
             if in_block or tracked is not None or ended:
                 delta = {t: c - base_cpu.get(t, 0.0) for t, c in cpu.items()}  # new: all its CPU
+                waited = {t: w - base_waits[t] for t, w in waits.items() if t in base_waits}
                 frames = _blame.snapshot()
                 try:
                     cause = _blame.classify(frames, self._loop_thread_id, delta,
-                                            now - base_t, skip=(me,))
+                                            now - base_t, skip=(me,), waits=waited)
                 except Exception:  # never let attribution break the monitor
                     cause = ("unknown", "attribution failed")
                 del frames
@@ -305,7 +309,9 @@ class LoopMonitor:
                 start = tick + self.interval
                 _stretch(parts, max(prev_t, start), now, cause)
                 tracked = tick
-            prev_t, prev_cpu = now, cpu
+            prev_t, prev_cpu, prev_waits = now, cpu, waits
+        if runq is not None:
+            runq.close()
 
     def _gc_cb(self, phase: str, info: dict) -> None:
         """gc callback: remember collections long enough to matter (a

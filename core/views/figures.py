@@ -257,7 +257,7 @@ class MemoryIcicle:
                       x_range=x_range if x_range is not None else Range1d(0, 2**20),
                       y_range=Range1d(-7, 0), tools="xwheel_zoom,xpan,reset,save",
                       x_axis_label="bytes (same scale for every scheduler)",
-                      height=260)  # fmt: skip
+                      height=260, name=f"sg-memory-figure-{kind}")  # fmt: skip
         q = fig.quad(
             left="x0", right="x1", bottom="y0", top="y1",
             source=self.source, fill_color="color",

@@ -78,6 +78,7 @@ CAUSE_COLORS = {
     "instruments": "#99DDFF",  # light cyan
     "other handler": "#EECC66",  # yellow
     "other thread": "#997700",  # ochre
+    "no CPU": "#BBCC33",  # pear: the machine ran other processes
     "unknown": "#BBBBBB",  # grey
 }
 assert set(CAUSE_COLORS) == set(CAUSES), "a cause without a colour"
