@@ -149,6 +149,36 @@ def test_whose_code_runs_under_distributeds_handler(chain, cause, label):
     assert causes[0].label == label, causes[0]
 
 
+@pytest.mark.parametrize("chain, cause, label", [
+    ([(os.path.join(blame._PKG, "ingest", "pipeline.py"), "_deserialize"),
+      (os.path.join(SITE, "pandas", "core", "frame.py"), "DataFrame")],
+     "dask's own", "slimgraph: _deserialize / pandas: DataFrame"),
+    ([(os.path.join(SITE, "distributed", "scheduler.py"), "update_graph"),
+      (os.path.join(SITE, "distributed", "protocol", "pickle.py"), "loads")],
+     "dask's own", "distributed: update_graph > loads"),
+    ([(os.path.join(SITE, "distributed", "scheduler.py"), "update_graph"),
+      (os.path.join(SITE, "distributed", "scheduler.py"), "_transition")],
+     "ingestion", "distributed: update_graph > _transition"),
+    ([(os.path.join(blame._PKG, "ingest", "apply.py"), "commit"),
+      (os.path.join(blame._PKG, "model", "taskstate.py"), "thaw")],
+     "ingestion", "slimgraph: commit > thaw"),
+], ids=["import-while-unpickling-on-the-loop", "stock-unpickles-on-the-loop",
+        "stock-transitions", "slim-commit"])
+def test_dasks_own_code_on_the_loop_inside_an_ingestion(chain, cause, label):
+    """A small graph is unpickled on the loop (stock does it too), and a
+    scheduler's first dataframe graph imports pandas there: dask's own, not
+    the engine's; the engines' own code stays the ingestion's."""
+    fn = _chain(*chain)
+
+    async def block():
+        fn(0.2)
+
+    causes = _run(block)
+    assert len(causes) == 1, causes
+    assert causes[0].cause == cause, causes[0]
+    assert causes[0].label == label, causes[0]
+
+
 @pytest.mark.parametrize("thread_name, filename, cause, who", [
     ("Dask-Offload_0", os.path.join(SITE, "distributed", "protocol", "pickle.py"),
      "dask's own", "thread Dask-Offload_0: distributed: loads"),

@@ -343,3 +343,35 @@ def test_a_long_full_collection_under_a_big_freeze_makes_the_next_freeze_first(f
         gcpause.on_idle()
     gc.collect()
     assert ref() is None  # ... until idle
+
+
+TRIM = """
+import psutil
+from slimgraph.runtime import disposal
+p = psutil.Process()
+big, keep = [], []
+for _ in range(50_000):          # 8 KiB chunks from malloc's heap, each
+    big.append(bytearray(8192))  # followed by a small one that stays
+    keep.append(bytearray(600))
+before = p.memory_info().rss
+del big
+freed = p.memory_info().rss
+assert disposal.give_back()
+after = p.memory_info().rss
+print(before - freed, freed - after)
+"""
+
+
+def test_freed_heap_goes_back_to_the_os_only_when_given_back():
+    """Freed chunks between live ones stay mapped (the RSS does not move
+    when they are freed); give_back() (glibc's malloc_trim, what the
+    pipeline calls after draining an ingestion's temporaries) returns them.
+    In a fresh process: the test process's heap is not a clean slate."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", TRIM], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    on_free, on_trim = map(int, out.stdout.split())
+    assert on_free < 50 * 2**20, on_free          # freeing alone gave back little of the 400 MiB
+    assert on_trim > 150 * 2**20, on_trim         # giving back returned most of it

@@ -205,7 +205,7 @@ class Pipeline:
             garbage = disposal.big(*index.temporaries(), priorities, *b.temporaries(), *plan.temporaries())
             del index, priorities, sub, b, plan, done
             if garbage:
-                await shim.offload(disposal.drain, garbage)
+                await shim.offload(disposal.drain_and_give_back, garbage, bool(config.get("trim-heap")))
         except Exception as e:
             status, error = "error", f"{type(e).__name__}: {e}"
             s.log_event(

@@ -345,7 +345,7 @@ class Tails:
                 if tail.reuse is not None:
                     garbage.append(tail.reuse.msg_at)
                 tail.reuse = None
-                await shim.offload(disposal.drain, garbage)
+                await shim.offload(disposal.drain_and_give_back, garbage, bool(config.get("trim-heap")))
             await asyncio.sleep(0)
 
     def finish_now(self) -> None:

@@ -25,7 +25,9 @@ stack (``sys._current_frames()``) every few milliseconds and hands it to
 ``dask's own``
     the loop waits for the GIL while a thread of the ingestion stands in
     dask's or distributed's code: dask's deserialize (``pickle.loads``) and
-    materialize, which no engine that calls them can shorten. A snapshot
+    materialize, which no engine that calls them can shorten; or the loop
+    itself runs such code for the ingestion (a small graph is unpickled on
+    the loop, as stock does, and the first dataframe graph imports pandas). A snapshot
     taken right after such a call may already show the engine's code that
     called it: the error goes the engine's way, never the other.
 ``engine``
@@ -295,10 +297,28 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
     return "unknown", "no busy thread seen"
 
 
+def _dasks_own(c) -> bool:
+    """A frame of code every engine calls and none can shorten: dask's (and
+    what it imports while it unpickles a graph: pandas' modules on a
+    scheduler's first dataframe submission), or distributed's serialization.
+    distributed's scheduler module is not: it is stock's ingestion."""
+    f = c.co_filename
+    owner = _owner(f)
+    if owner == "distributed":
+        return (os.sep + "protocol" + os.sep) in f
+    return owner not in ("slimgraph", "python", "tornado")
+
+
 def _on_loop(codes: list) -> tuple[str, str]:
-    """The cause of a callback the loop runs (its frames, innermost first)."""
+    """The cause of a callback the loop runs (its frames, innermost first).
+    Inside an ingestion, time spent in dask's own code (the innermost frame
+    that is not the standard library's) is ``dask's own``, as it is when
+    the ingestion's thread runs it."""
     label = _label_of_loop(codes)
     if _ingestion_frame(codes) is not None:
+        inner = _innermost_own(codes)
+        if inner is not None and _dasks_own(inner):
+            return "dask's own", label
         return "ingestion", label
     inner = _innermost_own(codes)
     if inner is not None and inner.co_filename.startswith(_INSTRUMENT_DIRS):
@@ -330,21 +350,30 @@ class RunQueueClocks:
     Linux keeps the figure per thread in ``/proc/self/task/<id>/schedstat``
     (its second field, in nanoseconds). The files stay open: a ``pread`` of
     one costs about half a microsecond, so every thread can be read at each
-    of the watchdog's wake-ups. Where the files are missing, :meth:`read`
-    answers ``{}`` and no block is called ``no CPU``.
+    of the watchdog's wake-ups during a block. Not more often: a ``pread`` is a
+    system call, which gives the GIL up, and getting it back from a busy
+    ingestion thread costs a switch interval (and the ingestion thread a
+    switch). Outside blocks only the loop's own clock is read. Where the
+    files are missing, :meth:`read` answers ``{}`` and no block is called
+    ``no CPU``.
     """
 
     def __init__(self) -> None:
         self._fds: dict = {}  # native id -> open file descriptor
         self.available = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat")
 
-    def read(self) -> dict:
+    def read(self, only: int | None = None) -> dict:
+        """``{thread id: seconds}``; ``only``: that thread's alone."""
         if not self.available:
             return {}
         out, seen = {}, set()
         for t in threading.enumerate():
             nid = t.native_id
             if nid is None or t.ident is None:
+                continue
+            if only is not None and t.ident != only:
+                if nid in self._fds:
+                    seen.add(nid)  # (kept open for the next block)
                 continue
             seen.add(nid)
             fd = self._fds.get(nid)

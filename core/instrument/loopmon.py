@@ -247,7 +247,7 @@ class LoopMonitor:
         prev_t = time.perf_counter()
         runq = _blame.RunQueueClocks() if self.blame else None
         prev_cpu = _blame.thread_cpu() if self.blame else {}
-        prev_waits = runq.read() if runq is not None else {}
+        prev_waits = runq.read(self._loop_thread_id) if runq is not None else {}
         window: deque = deque()        # recent (time, CPU clocks, run-queue clocks): the shares' baseline
         tracked: float | None = None   # start tick of the block being sampled
         parts: list = []               # its (from, to, (cause, label)) stretches
@@ -270,20 +270,25 @@ class LoopMonitor:
             now = time.perf_counter()
             tick = self.last_tick
             cpu = _blame.thread_cpu()
-            waits = runq.read()
             in_block = self.running and now - tick - self.interval > 0.002
             cause = None
             ended = self._block_end
+            sampling = in_block or tracked is not None or bool(ended)
+            # the stacks right after the CPU clocks, nothing in between that
+            # lets the GIL go: the threads must still be where the clocks saw them
+            frames = _blame.snapshot() if sampling else None
+            # then every thread's run-queue clock during a block (each read
+            # lets the GIL go), the loop's alone otherwise
+            waits = runq.read(None if sampling else self._loop_thread_id)
             # the shares are read over at least SHARE_WINDOW: the latest
             # earlier wake-up that far back is the baseline
             window.append((prev_t, prev_cpu, prev_waits))
             while len(window) > 1 and window[1][0] <= now - _blame.SHARE_WINDOW:
                 window.popleft()
             base_t, base_cpu, base_waits = window[0]
-            if in_block or tracked is not None or ended:
+            if frames is not None:
                 delta = {t: c - base_cpu.get(t, 0.0) for t, c in cpu.items()}  # new: all its CPU
                 waited = {t: w - base_waits[t] for t, w in waits.items() if t in base_waits}
-                frames = _blame.snapshot()
                 try:
                     cause = _blame.classify(frames, self._loop_thread_id, delta,
                                             now - base_t, skip=(me,), waits=waited)
