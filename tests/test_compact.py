@@ -121,6 +121,7 @@ def assert_same(dsk: dict, ann, graph: CompactGraph, specs: bool = True) -> None
         assert list(graph.external.get(i, ())) == [d for d in order if d not in pos], k
         assert graph.data_producer(i) == node.data_producer, k
         assert graph.truthy(i) == bool(node), k
+        assert graph.spec_data_producer(i) == bool(node and node.data_producer), k
         assert graph.is_data(i) == isinstance(node, DataNode), k
         if specs:
             spec = graph.run_spec(i)

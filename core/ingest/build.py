@@ -287,11 +287,15 @@ def _task_states(state: Any, b: Build) -> list:
     per_group: dict = {}
     firsts: dict = {}  # id(group) -> (group, its first new task)
     detached = SlimTaskState.detached
+    known = b.live_groups  # id(group) -> delta: the scheduler's own groups met so far
     for i in idx.reached:
         k = keys[i]
-        ts = live.get(k)
+        tg = by_name.get(k[0] if type(k) is tuple else k)
+        # a group this build made has no task on the scheduler (a task's
+        # group stays in task_groups until its last task is forgotten):
+        # no lookup by key for its tasks (hashing a tuple key each time)
+        ts = None if tg is not None and id(tg) not in known else live.get(k)
         if ts is None:
-            tg = by_name.get(k[0] if type(k) is tuple else k)
             if tg is None:
                 tg = resolve(k)
             if graph is None:
@@ -386,6 +390,10 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
     index = b.sub.index
     graph = index.graph
     outside = index.external
+    # a compact graph's dependencies as its two CSR arrays, read in place
+    # (slimgraph.ingest.compact.graph.Deps: ``off``, ``idx``)
+    off = getattr(index.deps, "off", None) if graph is not None else None
+    didx = index.deps.idx if off is not None else None
     dependents: dict = {}
     n_edges = 0
     for i in fresh:
@@ -394,7 +402,11 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
         if graph is not None and spec is None and i not in outside:
             # a compact graph's integers: the dependencies' task states in
             # the order of the frozenset stock's node holds, no key lookups
-            row = index.deps[i]
+            if off is not None:
+                lo, hi = off[i], off[i + 1]
+                row = didx[lo:hi] if hi > lo else ()
+            else:
+                row = index.deps[i]
             if not row:
                 if not lazy:
                     ts.dependencies = set()
@@ -428,12 +440,17 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
                 dependents[id(dts)] = [dts, ts]
             else:
                 lst.append(ts)
-        old = current(ts, "dependencies")
+        # (a task without a run_spec of its own here is one this build made:
+        # no edges yet, its own to set)
+        old = current(ts, "dependencies") if spec is not None else None
         if old:  # a run_spec-less task that already had edges
             dl = [*old, *(d for d in dl if d not in old)]
         n_edges += len(dl)
         if lazy and stable and not old:
-            set_edges(ts, "dependencies", Edges(dl))
+            if spec is None:
+                ts.dependencies = Edges(dl)
+            else:
+                set_edges(ts, "dependencies", Edges(dl))
         elif lazy and not old:
             # not thaw-stable (see slimgraph.model.containers): stock's own set
             set_edges(ts, "dependencies", set(spec_ts))

@@ -316,9 +316,7 @@ def staged_run(run: list, base: int) -> list:
     gets its own, in ``run``'s order."""
     from slimgraph.model.taskstate import sorted_by_priority
 
-    for ts in run:
-        ts._qseq = base
-    ordered = sorted_by_priority(run)
+    ordered = sorted_by_priority(run, qseq=base)
     if ordered is None:
         for i, ts in enumerate(run):
             ts._qseq = base + i

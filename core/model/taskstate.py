@@ -225,8 +225,7 @@ class SlimTaskState:
         if g is None:
             spec = self._spec
             return bool(spec and getattr(spec, "data_producer", False))
-        i = self._spec
-        return g.truthy(i) and g.data_producer(i)
+        return g.spec_data_producer(self._spec)
 
     def has_run_spec(self) -> bool:
         """``bool(run_spec)`` (stock's pure-data test), without building it."""
@@ -412,7 +411,7 @@ def _prio_head(user: Any, generation: Any) -> tuple:
     return head
 
 
-def sorted_by_priority(tasks: list) -> list | None:
+def sorted_by_priority(tasks: list, qseq: int | None = None) -> list | None:
     """``tasks`` in ascending priority, or None if two of them tie (or a
     priority has an unusual shape): then the caller sorts (and breaks ties)
     itself.
@@ -422,10 +421,12 @@ def sorted_by_priority(tasks: list) -> list | None:
     array), which stalls the event loop even when a worker thread sorts.
     Here tasks are grouped by priority head (a handful) and placed in
     buckets by their ordering integer, in Python steps the interpreter can
-    switch between.
+    switch between. ``qseq``: also give every task that sequence number.
     """
     by_head: dict = {}
     for ts in tasks:
+        if qseq is not None:  # (numbering them in the same pass)
+            ts._qseq = qseq
         h = ts._prio_head
         lst = by_head.get(h)
         if lst is None:

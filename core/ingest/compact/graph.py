@@ -364,6 +364,16 @@ class CompactGraph:
         src, local = self._source(i)
         return src.data_producer(local)
 
+    def spec_data_producer(self, i: int) -> bool:
+        """``truthy(i) and data_producer(i)``: one lookup of the source (the
+        replay asks it of every task, 1M times for a 1M-task array)."""
+        code = self.codes[i]
+        src = self.segments[code >> SHIFT]
+        if src is None:
+            raise KeyError(f"task {i} ({self.keys[i]!r}) has been released")
+        local = code & MASK
+        return src.truthy(local) and src.data_producer(local)
+
     def is_data(self, i: int) -> bool:
         """Whether the run_spec is a ``DataNode``."""
         src, local = self._source(i)
