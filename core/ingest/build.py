@@ -481,12 +481,18 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
     single: dict = {}
     for lst in dependents.values():
         dts = lst[0]
-        if lazy and len(lst) == 2 and not current(dts, "dependents"):
+        # a task of this build's compact graph is one it made: no dependents
+        # yet, its own to set (no lookup by key)
+        made = graph is not None and dts._graph is graph
+        if lazy and len(lst) == 2 and (made or not current(dts, "dependents")):
             t = lst[1]
             e = single.get(id(t))
             if e is None:
                 e = single[id(t)] = Edges((t,))
-            set_edges(dts, "dependents", e)
+            if made:
+                dts.dependents = e
+            else:
+                set_edges(dts, "dependents", e)
         else:
             set_edges(dts, "dependents", _grown_dependents(current(dts, "dependents"), lst[1:], lazy))
     if not lazy:
