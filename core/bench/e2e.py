@@ -447,8 +447,16 @@ def _watch_key(key: Any, dask_scheduler: Any = None) -> None:
     task.add_done_callback(_GONE["_tasks"].discard)
 
 
-def _key_gone_at(key: Any, dask_scheduler: Any = None) -> float | None:
-    return _GONE.get(key)
+async def _key_gone_at(key: Any, dask_scheduler: Any = None) -> float | None:
+    """When the watcher saw ``key`` go. Asked once the key is gone: after a
+    long block the loop runs the client's request (I/O) before the
+    watcher's due timer, so the answer may still be on its way (at 1M
+    tasks the slim run's figure came back empty); waits up to 2 s for it."""
+    for _ in range(200):
+        if key in _GONE:
+            return _GONE[key]
+        await asyncio.sleep(0.01)
+    return None
 
 
 def _final_record(client: Any, rec: Any, timeout: float = 300) -> Any:

@@ -81,6 +81,19 @@ def add_report(report: list, name: str, type_: str, path: str, tasks: int, reaso
     report.append(LayerReport(name, type_, path, tasks, reason))
 
 
+def key_positions(keys: list) -> dict:
+    """``{key: its index in keys}``, made in steps: one ``dict(zip(...))``
+    of a million keys is one C call that holds the GIL for 0.3 s, a block
+    of the event loop although it runs in the build thread; between steps
+    the interpreter can switch."""
+    out: dict = {}
+    update = out.update
+    for lo in range(0, len(keys), _POSITIONS_STEP):
+        hi = lo + _POSITIONS_STEP
+        update(zip(keys[lo:hi], range(lo, hi)))
+    return out
+
+
 class BlockSource:
     """Run_specs of one Blockwise layer's blocks (see :mod:`.blockwise`)."""
 
@@ -438,17 +451,8 @@ class CompactGraph:
         return DependencySets(self)
 
     def positions(self) -> dict:
-        """key -> index (a temporary for the engine; not kept here). Made in
-        steps: one ``dict(zip(...))`` of a million keys is one C call that
-        holds the GIL for 0.3 s, a block of the event loop although it runs
-        in the build thread; between steps the interpreter can switch."""
-        keys = self.keys
-        out: dict = {}
-        update = out.update
-        for lo in range(0, len(keys), _POSITIONS_STEP):
-            hi = lo + _POSITIONS_STEP
-            update(zip(keys[lo:hi], range(lo, hi)))
-        return out
+        """key -> index (a temporary for the engine; not kept here)."""
+        return key_positions(self.keys)
 
     def to_dict(self) -> dict:
         """``{key: run_spec}``: stock's materialized dict, built (tests)."""

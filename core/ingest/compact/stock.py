@@ -13,7 +13,7 @@ from array import array
 from typing import Any
 
 from slimgraph import shim
-from .graph import NODE, SHIFT, CompactGraph, LayerReport, ValueSource
+from .graph import NODE, SHIFT, CompactGraph, LayerReport, ValueSource, key_positions
 
 
 def stock_graph(expr: Any, keys: Any, cull: bool, validate: bool, reason: str) -> CompactGraph:
@@ -31,7 +31,7 @@ def from_dict(dsk: dict, annotations: Any, report: list) -> CompactGraph:
     values = ValueSource()
     values.values = list(dsk.values())
     values.kinds = bytearray([NODE]) * len(keys)
-    pos = dict(zip(keys, range(len(keys))))
+    pos = key_positions(keys)  # (in steps: one dict(zip()) held the GIL 0.22 s at 714k bag tasks)
     off = array("i", [0])
     idx = array("i")
     ext: dict = {}
