@@ -383,3 +383,29 @@ def test_a_block_in_which_no_thread_ran_but_one_waited_for_a_cpu_is_no_cpu():
         == ("no CPU", "thread 1 waited for a CPU")
     assert blame.classify(frames, 2, {ident: 0.0, 1: 0.0}, 0.1, waits={1: 0.01})[0] == "unknown"
     assert blame.classify(frames, 2, {ident: 0.0, 1: 0.0}, 0.1)[0] == "unknown"
+
+
+def test_a_snapshot_names_every_threads_frames_innermost_first_with_qualified_names():
+    """The stacks come from faulthandler's walk (in C, no thread switch in
+    between); the functions get their qualified names back from the
+    modules' code objects."""
+    ev = threading.Event()
+    th = threading.Thread(target=ev.wait, name="waiter")
+    th.start()
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            stack = blame.snapshot().get(th.ident, [])
+            names = [f.co_qualname for f in stack]
+            if names[:2] == ["Condition.wait", "Event.wait"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert names[:2] == ["Condition.wait", "Event.wait"], names
+        assert names[-1] == "Thread._bootstrap", names
+        assert stack[0].co_filename == threading.__file__ and stack[0].lineno > 0
+        assert blame._is_idle(stack)
+        me = blame.snapshot()[threading.get_ident()]
+        assert me[0].co_qualname == "snapshot" and me[1].co_name.startswith("test_a_snapshot"), me[:2]
+    finally:
+        ev.set()
+        th.join()

@@ -63,7 +63,8 @@ def _progress(label: str, proc: subprocess.Popen, every: float = 10.0) -> None:
 def run_child(payload: str, kind: str, trace: bool = False) -> dict:
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
-    cmd = [sys.executable, "-m", "slimgraph.bench.child", payload, kind, out]
+    # (-X faulthandler: a child that crashes says where, in the error below)
+    cmd = [sys.executable, "-X", "faulthandler", "-m", "slimgraph.bench.child", payload, kind, out]
     if trace:
         cmd.append("--tracemalloc")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -73,7 +74,7 @@ def run_child(payload: str, kind: str, trace: bool = False) -> dict:
     _progress(f"{kind}{' (tracemalloc)' if trace else ''}", proc)
     reader.join()
     if proc.returncode != 0:
-        raise RuntimeError(f"{kind} run failed:\n{''.join(err)[-4000:]}")
+        raise RuntimeError(f"{kind} run failed (exit status {proc.returncode}):\n{''.join(err)[-4000:]}")
     with open(out) as f:
         result = json.load(f)
     os.unlink(out)

@@ -72,11 +72,12 @@ work, to one snapshot for a single long call.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
+import re
 import sys
 import threading
 import time
-from types import FrameType
 
 #: The package directory: frames from here are slimgraph's.
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -126,13 +127,20 @@ def _base(filename: str) -> str:
     return filename.rsplit(os.sep, 1)[-1]
 
 
-def _stack(frame: FrameType | None, limit: int = 200) -> list:
-    """Code objects from innermost to outermost."""
-    out = []
-    while frame is not None and len(out) < limit:
-        out.append(frame.f_code)
-        frame = frame.f_back
-    return out
+class Frame:
+    """One frame of a snapshot: what :func:`classify` reads of a code
+    object (``co_filename``, ``co_name``, ``co_qualname``), and the line."""
+
+    __slots__ = ("co_filename", "co_name", "co_qualname", "lineno")
+
+    def __init__(self, filename: str, name: str, qualname: str, lineno: int):
+        self.co_filename = filename
+        self.co_name = name
+        self.co_qualname = qualname
+        self.lineno = lineno
+
+    def __repr__(self) -> str:
+        return f"<{self.co_qualname} at {self.co_filename}:{self.lineno}>"
 
 
 def _is_idle(codes: list) -> bool:
@@ -402,13 +410,141 @@ class RunQueueClocks:
 
 
 def snapshot() -> dict:
-    """Every thread's stack now, as code objects innermost first.
+    """Every thread's stack now: ``{thread id: [Frame, ...]}``, innermost
+    first.
 
-    The frames are walked at once and not kept. A frame object of another
-    thread is only safe to walk while that thread has not moved on: in
-    CPython 3.11, following ``f_back`` from a coroutine frame that has been
-    suspended since can read a freed caller frame. Walking it later, after
-    the GIL had switched, crashed the process once (a segfault in
-    ``_stack``, in the test suite, while an ingestion thread ran with a
-    short switch interval)."""
-    return {tid: _stack(f) for tid, f in sys._current_frames().items()}
+    The stacks are walked by :func:`faulthandler.dump_traceback`, in C,
+    holding the GIL from the first thread to the last: no other thread
+    runs meanwhile. A walk in Python (``sys._current_frames()`` and
+    ``f_back``) can be switched out between two frames; when the thread it
+    walks has moved on, following ``f_back`` from a suspended coroutine's
+    frame can read a freed caller frame in CPython 3.11. That crashed a
+    scheduler process (a segfault in the walk, once in the test suite, with
+    the 0.5 ms switch interval of an ingestion), even when each thread was
+    walked at once. The text is parsed afterwards; faulthandler names
+    functions, not qualified names, which :func:`_qualname` finds in the
+    modules (for labels). Up to 100 frames per thread (faulthandler's
+    limit), innermost first: what is cut is the outermost part."""
+    with _dump_lock:
+        fd = _dump_fd()
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        faulthandler.dump_traceback(fd, all_threads=True)
+        size = os.lseek(fd, 0, os.SEEK_CUR)
+        text = os.pread(fd, size, 0).decode("ascii", "replace")
+    return _parse(text)
+
+
+_dump_lock = threading.Lock()
+_DUMP_FD: int | None = None
+_dump_file = None  # (where there is no memfd: a temporary file, kept open)
+
+
+def _dump_fd() -> int:
+    global _DUMP_FD, _dump_file
+    if _DUMP_FD is None:
+        try:
+            _DUMP_FD = os.memfd_create("slimgraph-stacks", os.MFD_CLOEXEC)
+        except (AttributeError, OSError):
+            import tempfile
+
+            _dump_file = tempfile.TemporaryFile()
+            _DUMP_FD = _dump_file.fileno()
+    return _DUMP_FD
+
+
+_HEAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) ")
+_LINE = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
+#: (filename, line, name) -> Frame: a block's snapshots see the same frames
+_FRAMES: dict = {}
+
+
+def _parse(text: str) -> dict:
+    out: dict = {}
+    cur: list | None = None
+    for line in text.splitlines():
+        m = _HEAD.match(line)
+        if m is not None:
+            cur = out[int(m.group(1), 16)] = []
+            continue
+        if cur is None or not line.startswith("  File "):
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        filename, lineno, name = m.group(1), m.group(2), m.group(3)
+        key = (filename, lineno, name)
+        f = _FRAMES.get(key)
+        if f is None:
+            if len(_FRAMES) > 20_000:
+                _FRAMES.clear()
+            n = int(lineno) if lineno.isdigit() else 0
+            f = _FRAMES[key] = Frame(filename, name, _qualname(filename, n, name), n)
+        cur.append(f)
+    return out
+
+
+#: filename -> [(first line, last line, name, qualname)] of its code objects
+_CODES: dict = {}
+_MODULE_FILES: dict = {}  # filename -> module, refreshed when one is missing
+_MODULES_SEEN = 0
+
+
+def _qualname(filename: str, lineno: int, name: str) -> str:
+    """The qualified name (``Class.method``) of the function ``name`` whose
+    code covers ``lineno`` in ``filename``, found among the code objects of
+    the module loaded from that file; ``name`` if there is none."""
+    codes = _CODES.get(filename)
+    if codes is None:
+        codes = _CODES[filename] = _codes_of(filename)
+    best = None
+    for first, last, n, q in codes:
+        if n == name and first <= lineno <= last and (best is None or first > best[0]):
+            best = (first, q)
+    return best[1] if best is not None else name
+
+
+def _codes_of(filename: str) -> list:
+    global _MODULES_SEEN
+    if filename not in _MODULE_FILES and len(sys.modules) != _MODULES_SEEN:
+        _MODULES_SEEN = len(sys.modules)
+        for mod in list(sys.modules.values()):
+            f = getattr(mod, "__file__", None)
+            if isinstance(f, str):
+                _MODULE_FILES.setdefault(f, mod)
+    mod = _MODULE_FILES.get(filename)
+    if mod is None:
+        return []
+    found: list = []
+    seen: set = set()
+
+    def add(code) -> None:
+        if id(code) in seen or code.co_filename != filename:
+            return
+        seen.add(id(code))
+        lines = [ln for _, _, ln in code.co_lines() if ln is not None]
+        last = max(lines) if lines else code.co_firstlineno
+        found.append((code.co_firstlineno, last, code.co_name, getattr(code, "co_qualname", code.co_name)))
+        for c in code.co_consts:
+            if hasattr(c, "co_lines"):
+                add(c)
+
+    def visit(obj, depth: int = 0) -> None:
+        obj = getattr(obj, "__func__", obj)
+        code = getattr(obj, "__code__", None)
+        if code is not None:
+            add(code)
+        elif isinstance(obj, property):
+            for fn in (obj.fget, obj.fset, obj.fdel):
+                if fn is not None:
+                    visit(fn, depth)
+        elif isinstance(obj, type) and depth < 3 and getattr(obj, "__module__", None) == mod.__name__:
+            for v in list(vars(obj).values()):
+                visit(v, depth + 1)
+
+    try:
+        for v in list(vars(mod).values()):
+            visit(v)
+    except Exception:  # noqa: BLE001 (labels only: a module that resists goes unnamed)
+        pass
+    return found
