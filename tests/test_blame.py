@@ -186,7 +186,10 @@ def test_dasks_own_code_on_the_loop_inside_an_ingestion(chain, cause, label):
      "ingestion", "thread slimgraph-test-build: slimgraph: loads"),
     ("user-thread", os.path.join(SITE, "mylib", "io.py"),
      "other thread", "thread user-thread: mylib: loads"),
-], ids=["dask-call-in-the-offload-thread", "engine-call-in-its-thread", "someone-else"])
+    ("Dask-Offload_0", os.path.join(SITE, "toolz", "functoolz.py"),
+     "dask's own", "thread Dask-Offload_0: toolz: loads"),
+], ids=["dask-call-in-the-offload-thread", "engine-call-in-its-thread", "someone-else",
+        "what-dasks-unpickling-calls"])
 def test_a_thread_holding_the_gil_is_blamed_not_the_waiting_loop(payload, thread_name, filename, cause, who):
     loads = _fn(LOADS, "loads", filename)
 

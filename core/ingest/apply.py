@@ -467,7 +467,8 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
         state.queued.merge_staged(members, plan.queued_sorted, plan.seq_base, plan.seq_span)
     if type(entries) is not list:
         entries = list(entries)
-    log.extend(_log_tail(entries, first, made, sid, plan.now, getattr(log, "maxlen", None)))
+    premade = plan.premade[1] if plan.premade is not None and plan.premade[0] == sid else None
+    log.extend(_log_tail(entries, first, made, sid, plan.now, getattr(log, "maxlen", None), premade))
     state.transition_counter += plan.n_entries - assumed_total
     if told_later:
         d = owing(state)
@@ -482,13 +483,15 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
             d.gates.append(plan.tail)
 
 
-def _log_tail(entries: list, first: int, made: list, sid: str, now: float, maxlen: int | None) -> list:
+def _log_tail(entries: list, first: int, made: list, sid: str, now: float, maxlen: int | None,
+              premade: list | None = None) -> list:
     """The log records of this commit, as many as a log of ``maxlen`` keeps:
     the replay's entries (from log position ``first``), with the records
     distributed's own code made spliced in at their positions. Only the
     kept ones are made (with a plugin listening to every transition the
     replay keeps them all: 1M records made to be dropped cost the commit
-    1 s)."""
+    1 s), and those the replay made already (``premade``: the records of
+    the entries' last ones) are taken from there."""
     parts: list = []  # (lo, hi) of entries, or a list of records; in log order
     cur = first
     for pos, assumed, records in made:
@@ -510,7 +513,11 @@ def _log_tail(entries: list, first: int, made: list, sid: str, now: float, maxle
             lo, hi = part
             if hi - lo > need:
                 lo = hi - int(need)
-            kept.append(_records(entries, lo, hi, sid, now))
+            if premade is not None and lo >= len(entries) - len(premade):
+                base = len(entries) - len(premade)
+                kept.append(premade[lo - base : hi - base])
+            else:
+                kept.append(_records(entries, lo, hi, sid, now))
         else:
             kept.append(part if len(part) <= need else part[len(part) - int(need):])
         need -= len(kept[-1])

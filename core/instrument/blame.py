@@ -291,7 +291,9 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
         name = str(names.get(busiest, busiest))
         who = f"thread {name}: {_where_busy(codes)}"
         if _ingestion_frame(codes) is not None or name.startswith(_OFFLOAD):
-            if _owner(codes[0].co_filename) in ("dask", "distributed"):
+            inner = _innermost_own(codes)
+            if _owner(codes[0].co_filename) in ("dask", "distributed") or (inner is not None and _dasks_own(inner)):
+                # (or what dask's unpickling calls: toolz rebuilding a curried function)
                 return "dask's own", who
             return "ingestion", who
         if any(_slim(c) for c in codes):
