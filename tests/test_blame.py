@@ -138,6 +138,12 @@ def test_whose_code_runs_under_distributeds_handler(chain, cause, label):
     """Under one of distributed's handlers: slimgraph's engine working for
     it is the engine's block; a recorder's wrapper around distributed's own
     code is not slimgraph's; the ingestion's pipeline is the ingestion's."""
+    _assert_one_block(chain, cause, label)
+
+
+def _assert_one_block(chain: list, cause: str, label: str) -> None:
+    """The loop runs ``chain`` (nested calls) for 0.2 s: one block, of
+    that cause and label."""
     fn = _chain(*chain)
 
     async def block():
@@ -168,15 +174,7 @@ def test_dasks_own_code_on_the_loop_inside_an_ingestion(chain, cause, label):
     """A small graph is unpickled on the loop (stock does it too), and a
     scheduler's first dataframe graph imports pandas there: dask's own, not
     the engine's; the engines' own code stays the ingestion's."""
-    fn = _chain(*chain)
-
-    async def block():
-        fn(0.2)
-
-    causes = _run(block)
-    assert len(causes) == 1, causes
-    assert causes[0].cause == cause, causes[0]
-    assert causes[0].label == label, causes[0]
+    _assert_one_block(chain, cause, label)
 
 
 @pytest.mark.parametrize("thread_name, filename, cause, who", [

@@ -51,9 +51,8 @@ stack (``sys._current_frames()``) every few milliseconds and hands it to
     the loop waits for the GIL while a thread that is not an ingestion's
     is busy.
 ``no CPU``
-    the operating system ran other processes: the loop thread had work (or
-    the thread it waited for did) but spent more of the block waiting on
-    the kernel's run queue than running. Read from each thread's
+    the operating system ran other processes: the loop thread had work but
+    spent more of the block waiting on the kernel's run queue than running. Read from each thread's
     ``/proc/self/task/<id>/schedstat`` (Linux), so a machine shared with
     workers, clients and a browser is told apart from a slow handler.
 ``unknown``
@@ -72,12 +71,14 @@ work, to one snapshot for a single long call.
 """
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
 import re
 import sys
 import threading
 import time
+from typing import Any
 
 #: The package directory: frames from here are slimgraph's.
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -248,7 +249,7 @@ SHARE_WINDOW = 0.05
 
 
 def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
-             skip: tuple = (), waits: dict | None = None) -> tuple[str, str]:
+             skip: tuple = (), waits: dict | None = None, names: dict | None = None) -> tuple[str, str]:
     """``(cause, label)`` of one snapshot of every thread's stack.
 
     ``frames`` is :func:`snapshot`'s (each thread's code objects, innermost
@@ -264,13 +265,17 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
     block is the handler's (the loop has nothing to wait for otherwise).
     Else on the busiest thread, whose GIL the loop was waiting for.
 
-    ``waits``: each thread's seconds on the kernel's run queue over the same
-    stretch (:class:`RunQueueClocks`). A loop that had work but waited for
-    a CPU longer than it ran, or (when no thread ran) any thread that
-    waited for a CPU for a fair share of the stretch, makes it ``no CPU``.
+    ``waits``: seconds on the kernel's run queue over the same stretch, of
+    the threads read (:class:`RunQueueClocks`; the monitor reads the
+    loop's). A loop that had work but waited for a CPU longer than it ran,
+    or (when no thread ran) any thread that waited for a CPU for a fair
+    share of the stretch, makes it ``no CPU``. ``names``: thread id ->
+    name, as read with the clocks (a thread may end before it is
+    classified; by default, the live threads' names now).
     """
     waits = waits or {}
-    names = {t.ident: t.name for t in threading.enumerate()}
+    if names is None:
+        names = {t.ident: t.name for t in threading.enumerate()}
     loop = frames.get(loop_tid, []) if loop_tid is not None else []
     loop_cpu = cpu.get(loop_tid, 0.0)
     busiest, busiest_cpu = None, 0.0
@@ -338,19 +343,43 @@ def _on_loop(codes: list) -> tuple[str, str]:
     return "other handler", label
 
 
-def thread_cpu() -> dict:
+def thread_cpu(names: dict | None = None) -> dict:
     """CPU seconds used so far by each live Python thread (Linux: a
-    per-thread clock), keyed by thread id."""
+    per-thread clock), keyed by thread id; ``names`` (if given) gets each
+    thread's name."""
     out = {}
     for t in threading.enumerate():
         tid = t.ident
         if tid is None:
             continue
+        if names is not None:
+            names[tid] = t.name
         try:
             out[tid] = time.clock_gettime(time.pthread_getcpuclockid(tid))
         except (OSError, AttributeError, OverflowError):
             continue
     return out
+
+
+def _libc(name: str, argtypes: list, restype: Any):
+    """A libc function called without letting the GIL go (ctypes'
+    ``PyDLL``), or None where there is no such libc. The watchdog's system
+    calls take microseconds; letting the GIL go for each would cost it a
+    switch interval to get it back while other threads want it, and
+    shift when it samples (see :class:`RunQueueClocks`)."""
+    try:
+        import ctypes.util
+
+        fn = getattr(ctypes.PyDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = argtypes
+    fn.restype = restype
+    return fn
+
+
+def _gil_holding_pread():
+    return _libc("pread", [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long], ctypes.c_ssize_t)
 
 
 class RunQueueClocks:
@@ -359,18 +388,30 @@ class RunQueueClocks:
 
     Linux keeps the figure per thread in ``/proc/self/task/<id>/schedstat``
     (its second field, in nanoseconds). The files stay open: a ``pread`` of
-    one costs about half a microsecond, so every thread can be read at each
-    of the watchdog's wake-ups during a block. Not more often: a ``pread`` is a
-    system call, which gives the GIL up, and getting it back from a busy
-    ingestion thread costs a switch interval (and the ingestion thread a
-    switch). Outside blocks only the loop's own clock is read. Where the
-    files are missing, :meth:`read` answers ``{}`` and no block is called
-    ``no CPU``.
+    one costs about half a microsecond. It is called through ctypes'
+    ``PyDLL``, which keeps the GIL: ``os.pread`` lets it go for the system
+    call, and getting it back while other threads want it costs up to a
+    switch interval each time (reading every thread's during a block
+    delayed the watchdog by tens of milliseconds, the thread that had held
+    the GIL was gone before its stack was taken, and a handler sharing the
+    GIL was seen waiting more often). The watchdog reads the loop thread's,
+    once per wake-up. Where the files are missing, :meth:`read` answers
+    ``{}`` and no block is called ``no CPU``.
     """
 
     def __init__(self) -> None:
         self._fds: dict = {}  # native id -> open file descriptor
         self.available = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat")
+        self._buf = ctypes.create_string_buffer(128)
+        self._pread = _gil_holding_pread()
+
+    def _read(self, fd: int) -> bytes:
+        if self._pread is None:
+            return os.pread(fd, 128, 0)
+        n = self._pread(fd, self._buf, 128, 0)
+        if n < 0:
+            raise OSError("pread failed")
+        return self._buf.raw[:n]
 
     def read(self, only: int | None = None) -> dict:
         """``{thread id: seconds}``; ``only``: that thread's alone."""
@@ -390,7 +431,7 @@ class RunQueueClocks:
             try:
                 if fd is None:
                     fd = self._fds[nid] = os.open(f"/proc/self/task/{nid}/schedstat", os.O_RDONLY)
-                out[t.ident] = int(os.pread(fd, 64, 0).split()[1]) / 1e9
+                out[t.ident] = int(self._read(fd).split()[1]) / 1e9
             except (OSError, IndexError, ValueError):
                 # the thread has ended (its id may come back for a new one)
                 self._drop(nid)
@@ -429,12 +470,43 @@ def snapshot() -> dict:
     limit), innermost first: what is cut is the outermost part."""
     with _dump_lock:
         fd = _dump_fd()
+        # the walk first: the system calls after it let the GIL go (the
+        # file is emptied after each read, ready for the next walk)
+        try:
+            faulthandler.dump_traceback(fd, all_threads=True)
+            text = _read_all(fd).decode("ascii", "replace")
+        finally:
+            _rewind(fd)
+    return _parse(text)
+
+
+_LSEEK = _PREAD = _FTRUNCATE = None
+_DUMP_BUF: Any = None
+
+
+def _read_all(fd: int) -> bytes:
+    """What the walk wrote, read without letting the GIL go."""
+    global _LSEEK, _PREAD, _FTRUNCATE, _DUMP_BUF
+    if _LSEEK is None:
+        _LSEEK = _libc("lseek", [ctypes.c_int, ctypes.c_long, ctypes.c_int], ctypes.c_long) or False
+        _PREAD = _gil_holding_pread() or False
+        _FTRUNCATE = _libc("ftruncate", [ctypes.c_int, ctypes.c_long], ctypes.c_int) or False
+    if not (_LSEEK and _PREAD and _FTRUNCATE):
+        return os.pread(fd, os.lseek(fd, 0, os.SEEK_CUR), 0)
+    size = _LSEEK(fd, 0, os.SEEK_CUR)
+    if _DUMP_BUF is None or len(_DUMP_BUF) < size:
+        _DUMP_BUF = ctypes.create_string_buffer(max(size, 65536) * 2)
+    n = _PREAD(fd, _DUMP_BUF, size, 0)
+    return _DUMP_BUF.raw[: max(n, 0)]
+
+
+def _rewind(fd: int) -> None:
+    if _LSEEK and _FTRUNCATE:
+        _LSEEK(fd, 0, os.SEEK_SET)
+        _FTRUNCATE(fd, 0)
+    else:
         os.lseek(fd, 0, os.SEEK_SET)
         os.ftruncate(fd, 0)
-        faulthandler.dump_traceback(fd, all_threads=True)
-        size = os.lseek(fd, 0, os.SEEK_CUR)
-        text = os.pread(fd, size, 0).decode("ascii", "replace")
-    return _parse(text)
 
 
 _dump_lock = threading.Lock()
@@ -443,6 +515,8 @@ _dump_file = None  # (where there is no memfd: a temporary file, kept open)
 
 
 def _dump_fd() -> int:
+    """The file the walks are written to (made once; the monitor makes it
+    when it starts, not in the middle of a block)."""
     global _DUMP_FD, _dump_file
     if _DUMP_FD is None:
         try:

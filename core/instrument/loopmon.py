@@ -246,6 +246,8 @@ class LoopMonitor:
         me = threading.get_ident()
         prev_t = time.perf_counter()
         runq = _blame.RunQueueClocks() if self.blame else None
+        if self.blame:
+            _blame._dump_fd()
         prev_cpu = _blame.thread_cpu() if self.blame else {}
         prev_waits = runq.read(self._loop_thread_id) if runq is not None else {}
         window: deque = deque()        # recent (time, CPU clocks, run-queue clocks): the shares' baseline
@@ -267,19 +269,19 @@ class LoopMonitor:
                 )
             if not self.blame:
                 continue
+            # the loop's run-queue clock first: reading it lets the GIL go
+            # (a system call), and nothing may come between the CPU clocks
+            # and the stacks, which must show the threads where the clocks saw them
+            waits = runq.read(self._loop_thread_id)
             now = time.perf_counter()
             tick = self.last_tick
-            cpu = _blame.thread_cpu()
+            names: dict = {}
+            cpu = _blame.thread_cpu(names)
             in_block = self.running and now - tick - self.interval > 0.002
             cause = None
             ended = self._block_end
             sampling = in_block or tracked is not None or bool(ended)
-            # the stacks right after the CPU clocks, nothing in between that
-            # lets the GIL go: the threads must still be where the clocks saw them
             frames = _blame.snapshot() if sampling else None
-            # then every thread's run-queue clock during a block (each read
-            # lets the GIL go), the loop's alone otherwise
-            waits = runq.read(None if sampling else self._loop_thread_id)
             # the shares are read over at least SHARE_WINDOW: the latest
             # earlier wake-up that far back is the baseline
             window.append((prev_t, prev_cpu, prev_waits))
@@ -291,7 +293,7 @@ class LoopMonitor:
                 waited = {t: w - base_waits[t] for t, w in waits.items() if t in base_waits}
                 try:
                     cause = _blame.classify(frames, self._loop_thread_id, delta,
-                                            now - base_t, skip=(me,), waits=waited)
+                                            now - base_t, skip=(me,), waits=waited, names=names)
                 except Exception:  # never let attribution break the monitor
                     cause = ("unknown", "attribution failed")
                 del frames
