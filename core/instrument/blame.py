@@ -52,9 +52,10 @@ stack (``sys._current_frames()``) every few milliseconds and hands it to
     is busy.
 ``no CPU``
     the operating system ran other processes: the loop thread had work but
-    spent more of the block waiting on the kernel's run queue than running. Read from each thread's
-    ``/proc/self/task/<id>/schedstat`` (Linux), so a machine shared with
-    workers, clients and a browser is told apart from a slow handler.
+    spent more of the block waiting on the kernel's run queue than running.
+    Read from the loop thread's ``/proc/self/task/<id>/schedstat`` (Linux),
+    so a machine shared with workers, clients and a browser is told apart
+    from a slow handler.
 ``unknown``
     no thread could be told busy (a snapshot taken as the block ended).
 
@@ -424,7 +425,7 @@ class RunQueueClocks:
                 continue
             if only is not None and t.ident != only:
                 if nid in self._fds:
-                    seen.add(nid)  # (kept open for the next block)
+                    seen.add(nid)  # (an open file stays open while its thread lives)
                 continue
             seen.add(nid)
             fd = self._fds.get(nid)
