@@ -374,7 +374,8 @@ class _Replay:
         if keep is not None and entries:
             # the commit keeps the log's last records: made here (100k of
             # them took 0.17 s on the loop), the commit slices them
-            last = list(entries)[-keep:]
+            # (a complete log is a list of every entry: sliced, not copied whole)
+            last = entries[-keep:] if type(entries) is list else list(entries)[-keep:]
             now = plan.now
             make = shim.Transition
             plan.premade = (sid, [make(k, a, f, r, sid, now) for k, a, f, r in last])
