@@ -33,10 +33,11 @@ beside the stock and slim runs and prints the limits next to the targets.
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import time
 from typing import Any
+
+from slimgraph.runtime import disposal
 
 
 class _BareTask:
@@ -121,14 +122,6 @@ def stall(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     return out[0], worst
 
 
-def _trim_heap() -> None:
-    """Give free heap back to the OS where glibc allows it (Linux)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
-
-
 def measure(payload: dict) -> dict:
     """The limits for one update-graph payload (as the benchmark replays it).
 
@@ -141,7 +134,7 @@ def measure(payload: dict) -> dict:
     keys = set(payload.pop("keys"))
     payload.clear()
     gc.collect()
-    _trim_heap()
+    disposal.give_back()  # (glibc: free heap back to the OS)
     rss0 = rss_bytes()
     gc.disable()
     try:
@@ -156,7 +149,7 @@ def measure(payload: dict) -> dict:
     finally:
         gc.enable()
     gc.collect()
-    _trim_heap()
+    disposal.give_back()  # (glibc: free heap back to the OS)
     rss1 = rss_bytes()
     n = len(items)
     gc.disable()
