@@ -598,6 +598,11 @@ def test_a_big_commits_messages_reach_each_worker_in_slices_in_order(monkeypatch
             s = p.slim
             address_of = {id(s.stream_comms[a]): a for a in s.workers}
             slices = pacing.Pacer.slices_handed
+            # the futures made before the submissions, as Client.compute
+            # does: a result reported before its future exists is dropped
+            # by the client, and the future would wait for ever
+            key = next(iter(args["keys"]))
+            f_slim, f_stock = Future(key, p.c_slim), Future(key, p.c_stock)
             await s.update_graph(client=p.c_slim.id, **args)
             (made,) = committed
             paced = [a for a in s.workers if getattr(s.stream_comms[a], "slim_pacer", None)]
@@ -618,9 +623,7 @@ def test_a_big_commits_messages_reach_each_worker_in_slices_in_order(monkeypatch
                 assert got[: len(ms)] == ms
                 assert max(len(b) for b in seen[a][: len(ms) // 3]) <= 3
             assert [m for b in seen[marked] for m in b][len(made[marked])] == ("free-keys", None)
-            f_slim = Future(next(iter(args["keys"])), p.c_slim)
             await p.stock.update_graph(client=p.c_stock.id, **args)
-            f_stock = Future(next(iter(args["keys"])), p.c_stock)
             assert await f_slim.result() == await f_stock.result()
 
     with dask.config.set({"slimgraph.pace-messages": 3}):
