@@ -125,3 +125,54 @@ def test_offline_pipeline_with_validation_on():
             off.validate_key(key)
 
     asyncio.run(body())
+
+
+@pytest.mark.parametrize("distinct", [True, False], ids=["by-priority", "by-index"])
+def test_compact_task_states_are_named_by_their_priority_int(distinct, monkeypatch):
+    """A task state made from a compact graph names its task there by the
+    int its priority holds (no int of its own for the index): the same
+    object. Priorities that are not distinct (dask.order's always are; here
+    forced) fall back to naming by index. Either way every task reads the
+    run_spec stock holds for it."""
+    from slimgraph.ingest import index as index_mod
+
+    if not distinct:
+        real = index_mod.compute_order
+
+        def clashing(index):
+            prio = real(index)
+            assert type(prio) is list and len(prio) > 30
+            prio = list(prio)
+            prio[20] = prio[10]  # two tasks, one priority
+            return prio
+
+        monkeypatch.setattr(index_mod, "compute_order", clashing)
+
+    async def body():
+        cfg = {"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0, "slimgraph.compact-ingestion": True}
+        with dask.config.set(cfg):
+            async with Scheduler(dashboard_address=":0", host="127.0.0.1") as stock:
+                payload = await _payload(stock, WORKLOADS["array"])
+                await stock.update_graph(client="c", **payload)
+                off = OfflineScheduler()
+                rec = SubmissionRecord(scheduler="slim")
+                await Pipeline(off, rec).run(client="c", **payload)
+                assert rec.status == "OK", rec.error
+                compact = [ts for ts in off.tasks.values() if ts._graph is not None]
+                assert len(compact) == len(off.tasks)
+                (graph,) = {id(ts._graph): ts._graph for ts in compact}.values()
+                if distinct:
+                    assert graph.handles is not None
+                    assert all(ts._spec is ts._prio_order for ts in compact)
+                else:
+                    assert graph.handles is None
+                    assert [graph.keys[ts._spec] for ts in compact] == [ts.key for ts in compact]
+                for ts in compact:
+                    spec = ts.run_spec
+                    assert spec.key == ts.key
+                    assert spec == stock.tasks[ts.key].run_spec
+                    assert ts.has_run_spec() and ts.spec_data_producer() == bool(
+                        spec.data_producer
+                    )
+
+    asyncio.run(body())

@@ -24,6 +24,7 @@ containers in bulk, one container per task.
 from __future__ import annotations
 
 import logging
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,6 +226,15 @@ def build(state: Any, sub: Submission, rec: SubmissionRecord, where: str = "even
     return b
 
 
+def _name_by_index(graph: Any, by_index: list) -> None:
+    """Name the graph's task states made so far by their index, not their
+    priority (the priorities met one twice; dask.order's never do)."""
+    graph.handles = None
+    for i, ts in enumerate(by_index):
+        if ts is not None and ts._graph is graph:
+            ts._spec = i
+
+
 def _hook_arguments(b: Build) -> None:
     """What stock hands every plugin's ``update_graph`` hook (stock builds
     these on the loop for every submission; here only when a plugin
@@ -287,6 +297,13 @@ def _task_states(state: Any, b: Build) -> list:
     per_group: dict = {}
     firsts: dict = {}  # id(group) -> (group, its first new task)
     detached = SlimTaskState.detached
+    # New tasks of a compact graph are named there by their priority int
+    # (CompactGraph.index_of): the object their priority holds anyway, in
+    # place of an int of their own for the index
+    prios = sub.priorities
+    handles = None
+    if graph is not None and type(prios) is list and prios:
+        handles = graph.handles = array("l", [-1]) * len(prios)
     known = b.live_groups  # id(group) -> delta: the scheduler's own groups met so far
     for i in idx.reached:
         k = keys[i]
@@ -300,8 +317,16 @@ def _task_states(state: Any, b: Build) -> list:
                 tg = resolve(k)
             if graph is None:
                 ts = detached(k, dsk[k], tg)
-            else:  # the run_spec stays in the graph until read
+            elif handles is None:  # the run_spec stays in the graph until read
                 ts = detached(k, i, tg, graph)
+            else:
+                h = prios[i]
+                if h < 0 or handles[h] != -1:  # not distinct: by index
+                    handles = _name_by_index(graph, by_index)
+                    h = i
+                else:
+                    handles[h] = i
+                ts = detached(k, h, tg, graph)
             c = per_group.get(id(tg))
             if c is None:
                 per_group[id(tg)] = [tg, 1]

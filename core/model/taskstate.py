@@ -94,8 +94,9 @@ class SlimTaskState:
 
     __slots__ = (
         "key",
-        # the run_spec: the node itself, or (``_graph`` set) the task's index
-        # in that compact graph, built into a node when read
+        # the run_spec: the node itself, or (``_graph`` set) the int that
+        # names the task in that compact graph (its index, or its priority:
+        # ``CompactGraph.index_of``), built into a node when read
         "_spec",
         "_graph",
         "_state",
@@ -137,7 +138,7 @@ class SlimTaskState:
         """A released task whose group has NOT counted it yet: bulk ingestion
         creates many and updates each group's counts once
         (``shim.count_added``). With ``graph`` (a compact graph),
-        ``run_spec`` is the task's index there (see :attr:`run_spec`)."""
+        ``run_spec`` is the int naming the task there (see :attr:`run_spec`)."""
         ts = cls.__new__(cls)
         ts.key = key
         ts._spec = run_spec
@@ -205,14 +206,14 @@ class SlimTaskState:
     @property
     def run_spec(self) -> Any:
         """The task's node, as stock holds it. A task ingested through a
-        compact graph (:mod:`slimgraph.ingest.compact`) keeps only its
-        index there; the node is built when read, equal to stock's (``==``
+        compact graph (:mod:`slimgraph.ingest.compact`) keeps only the int
+        naming it there; the node is built when read, equal to stock's (``==``
         and the same token). Reads in a row of the same task share one
         build (the graph keeps the last one)."""
         g = self._graph
         if g is None:
             return self._spec
-        return g.read_run_spec(self._spec)
+        return g.task_run_spec(self._spec)
 
     @run_spec.setter
     def run_spec(self, value: Any) -> None:
@@ -225,14 +226,14 @@ class SlimTaskState:
         if g is None:
             spec = self._spec
             return bool(spec and getattr(spec, "data_producer", False))
-        return g.spec_data_producer(self._spec)
+        return g.task_spec_data_producer(self._spec)
 
     def has_run_spec(self) -> bool:
         """``bool(run_spec)`` (stock's pure-data test), without building it."""
         g = self._graph
         if g is None:
             return bool(self._spec)
-        return g.truthy(self._spec)
+        return g.task_truthy(self._spec)
 
     # --- state -----------------------------------------------------------
     @property

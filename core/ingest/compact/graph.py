@@ -331,6 +331,9 @@ class CompactGraph:
         self.dropped = dropped
         self.annotations = annotations
         self.report = report
+        #: how a task state names its task here (see :meth:`index_of`):
+        #: None while task states hold their index
+        self.handles: array | None = None
         # a segment lives while a task, or a fused chain member, uses it
         for code in codes:
             segments[code >> SHIFT].live += 1
@@ -372,6 +375,34 @@ class CompactGraph:
         node = self.run_spec(i)
         self._last = (i, node)
         return node
+
+    # -- what a task state reads, by the handle it holds ---------------------
+    def index_of(self, handle: int) -> int:
+        """The index of the task a task state names by ``handle``.
+
+        A task state made from this graph holds an int naming its task: its
+        index, or, once the build has set :attr:`handles`, its dask.order
+        priority, the very int object its priority tuple is built from (the
+        build maps priorities back to indices in ``handles``). At 1M tasks
+        that is one int object per task less, 28 bytes, as priorities are
+        distinct within a submission."""
+        handles = self.handles
+        return handle if handles is None else handles[handle]
+
+    def task_run_spec(self, handle: int) -> Any:
+        """:meth:`read_run_spec` of the task named by ``handle``."""
+        handles = self.handles
+        return self.read_run_spec(handle if handles is None else handles[handle])
+
+    def task_spec_data_producer(self, handle: int) -> bool:
+        """:meth:`spec_data_producer` of the task named by ``handle``."""
+        handles = self.handles
+        return self.spec_data_producer(handle if handles is None else handles[handle])
+
+    def task_truthy(self, handle: int) -> bool:
+        """:meth:`truthy` of the task named by ``handle``."""
+        handles = self.handles
+        return self.truthy(handle if handles is None else handles[handle])
 
     def data_producer(self, i: int) -> bool:
         src, local = self._source(i)
