@@ -17,6 +17,8 @@ order. Its culled, ordered dict of nodes is never made.
 """
 from __future__ import annotations
 
+from array import array
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +37,7 @@ class GraphIndex:
     pos: dict  # key -> i
     deps: list  # deps[i]: tuple of dependency indices inside dsk
     external: dict  # i -> [keys of dependencies not in dsk]
-    reached: list  # indices reachable from the requested keys, in visit order
+    reached: Any  # indices reachable from the requested keys, in visit order (array)
     outside: list  # requested/needed keys that are not in dsk, in visit order
     edges: int = 0
     #: for each key of ``outside``: how many tasks were reached before it
@@ -163,7 +165,9 @@ def _reach(wanted: set, get: Any, deps: Any, external: dict, node_deps: Any) -> 
     # are visited in that order too (they are "touched" tasks for stock),
     # so each one's place among the reached tasks is kept.
     seen = bytearray(len(deps))
-    reached = []
+    # flat: the engine iterates it (no int object kept per task: they
+    # would be freed after the ingestion amid what it keeps)
+    reached = array("q")
     outside_seen: set = set()
     outside = []
     outside_at = []  # for each outside key: how many tasks were reached before it
