@@ -72,7 +72,7 @@ def _source(ts) -> str:
     from slimgraph.ingest.compact.graph import SHIFT
 
     g = ts._graph
-    return type(g.segments[g.codes[ts._spec] >> SHIFT]).__name__
+    return type(g.segments[g.codes[g.index_of(ts._spec)] >> SHIFT]).__name__
 
 
 def assert_run_specs_equal(stock: Scheduler, slim: Scheduler) -> None:
