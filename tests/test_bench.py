@@ -32,6 +32,11 @@ def test_bench_command_writes_both_kinds_and_the_limits(tmp_path):
         assert run["total_seconds"] > 0 and run["rss_bytes_per_task"] is not None
         assert set(run["phases"]) & set(OWNED_PHASES)
         assert run["state_bytes_per_task"]["engine"] > 0
+        # every task (fewer than the sample) built into a message and serialized
+        sending = run["sending"]
+        assert sending["tasks"] == n
+        assert sending["message_seconds"] > 0 and sending["serialize_seconds"] > 0
+        assert sending["seconds"] == sending["message_seconds"] + sending["serialize_seconds"]
     assert "order" in result["slim"]["phases"] and "order" in result["stock"]["phases"]
     assert result["ratios"]["total"] > 0
     floor = result["floor"]
@@ -42,6 +47,7 @@ def test_bench_command_writes_both_kinds_and_the_limits(tmp_path):
     assert floor["dask_rss_bytes_per_task"] < result["stock"]["rss_bytes_per_task"]
     assert "limits, same submission" in proc.stdout
     assert "stock/slim" in proc.stdout
+    assert "sending, us/task" in proc.stdout and result["ratios"]["sending"] > 0
 
 
 def _tree(n: int):

@@ -9,7 +9,8 @@ Starts a scheduler of the given kind (no workers, no dashboard), replays
 the pickled update-graph payload into ``update_graph`` and writes a JSON
 with the phase record, RSS growth, optionally tracemalloc's retained bytes,
 and the scheduler-state memory tree split into engine-owned state and
-dask's run_spec/key objects.
+dask's run_spec/key objects; last, what sending a sample of the tasks to
+workers costs the scheduler (:mod:`slimgraph.bench.sending`).
 """
 from __future__ import annotations
 
@@ -78,6 +79,11 @@ async def _measure(cls, kind: str, payload: dict, trace: bool, hooks: bool) -> d
         sample = None if ntasks <= 200_000 else 200_000
         tree = memory_tree(s, sample=sample)
         split = engine_split(tree)
+        del tree
+        from slimgraph.bench.sending import sending_cost
+
+        # (last: building messages reads every sampled run_spec)
+        sending = sending_cost(s)
         return {
             "scheduler": kind,
             "tasks": ntasks,
@@ -96,6 +102,7 @@ async def _measure(cls, kind: str, payload: dict, trace: bool, hooks: bool) -> d
             "tracemalloc_bytes_per_task": None if traced is None else traced / max(ntasks, 1),
             "state_bytes_per_task": split,
             "memory_tree_sample": sample,
+            "sending": sending,
         }
 
 

@@ -26,7 +26,10 @@ and materialize cause to another thread when they run in a worker thread.
            of >= 50 ms per cause: slimgraph.instrument.blame),
            "rss_bytes_per_task", "tracemalloc_bytes_per_task" (or null),
            "state_bytes_per_task": {"engine", "total", "<tree node>": ...},
-           "tasks", "edges", "materialization" (slim), "layers" (slim)}
+           "tasks", "edges", "materialization" (slim), "layers" (slim),
+           "sending": {"tasks", "message_seconds", "serialize_seconds",
+           "seconds", "us_per_task"} (slimgraph.bench.sending: building and
+           serializing compute-task messages for a sample of the tasks)}
 """
 from __future__ import annotations
 
@@ -153,6 +156,7 @@ def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: 
             "tracemalloc_bytes_per_task": _ratio(
                 s.get("tracemalloc_bytes_per_task"), m.get("tracemalloc_bytes_per_task")
             ),
+            "sending": _ratio((s.get("sending") or {}).get("seconds"), (m.get("sending") or {}).get("seconds")),
         }
     if json_path:
         with open(json_path, "w") as f:
@@ -218,6 +222,8 @@ def format_table(result: dict) -> str:
     lines.append(mrow("tracemalloc retained", [result[k].get("tracemalloc_bytes_per_task") for k in kinds]))
     lines.append(mrow("state: engine-owned", [result[k]["state_bytes_per_task"]["engine"] for k in kinds]))
     lines.append(mrow("state: total", [result[k]["state_bytes_per_task"]["total"] for k in kinds]))
+    lines.append("")
+    lines += format_sending(result, kinds, pair)
     blocks = [result[k].get("longest_block_seconds") for k in kinds]
     lines.append("")
     lines.append(f"{'longest loop block':<20}" + "".join(f"{_fmt(b, '.3f') + ' s':>25}" for b in blocks))
@@ -236,6 +242,28 @@ def format_table(result: dict) -> str:
     if result.get("floor"):
         lines += ["", *format_floor(result)]
     return "\n".join(lines)
+
+
+def format_sending(result: dict, kinds: list, pair: bool) -> list:
+    """What sending tasks to workers costs the scheduler, per task (a sample
+    of the tasks; :mod:`slimgraph.bench.sending`)."""
+    runs = [result[k].get("sending") for k in kinds]
+    if not any(runs):
+        return []
+    n = next(r["tasks"] for r in runs if r)
+    head = f"{'sending, us/task':<20}" + "".join(f"{TITLES[k]:>25}" for k in kinds)
+    if pair:
+        head += f"{'stock/slim':>12}"
+    lines = [head + f"   ({n:,} tasks by priority)"]
+    for label, field in (("  build messages", "message_seconds"), ("  serialize", "serialize_seconds"),
+                         ("  total", "seconds")):
+        vals = [None if not r or not r["tasks"] else r[field] / r["tasks"] * 1e6 for r in runs]
+        line = f"{label:<20}" + "".join(f"{_fmt(v, '.1f'):>25}" for v in vals)
+        if pair:
+            ratio = _ratio(vals[0], vals[1])
+            line += f"{_fmt(ratio, '.2f') + 'x' if ratio else '-':>12}"
+        lines.append(line)
+    return lines
 
 
 def format_layers(title: str, run: dict) -> list:
