@@ -35,6 +35,10 @@ def test_client_mode_measures_both_kinds(tmp_path):
         assert run["dashboard_page_errors"] == 0
         assert run["heartbeat_gap_seconds"]["max"] < run["worker_ttl_seconds"]
         assert len(run["ping_timeline"]) == run["pings"]
+        # the longest ping split into the scheduler's blocks and the pinger's own CPU wait
+        lp = run["longest_ping"]
+        assert lp["seconds"] == run["longest_ping_seconds"] == max(d for _, d in run["ping_timeline"])
+        assert 0 <= lp["loop_blocked_seconds"] <= lp["seconds"] and lp["pinger_cpu_wait_seconds"] >= 0
         # every block kept is attributed: a known cause, a label, and the
         # record's causes are a subset of the whole window's
         from slimgraph.instrument.blame import CAUSES
@@ -53,6 +57,7 @@ def test_client_mode_measures_both_kinds(tmp_path):
     assert "other" in result["stock"]["phases"]
     table = format_client_table(result)
     assert "stock/slim" in table and "longest ping" in table and "median / p99 / max" in table
+    assert "the pinger waited for a CPU" in table
 
 
 def test_client_mode_real_use_is_staged():
@@ -81,3 +86,16 @@ def test_client_mode_real_use_is_staged():
     assert result["slim"]["sent_in_slices"] is None  # (too few ready tasks for slices)
     assert f"cancelled {compute:g} s after" in table
     assert "cancel -> key released" in table
+
+
+def test_longest_ping_is_split_into_loop_blocks_and_the_pingers_wait():
+    from slimgraph.bench.e2e import longest_ping
+
+    pings = [(100.0, 0.5, 0.1), (101.0, 2.0, 0.3), (104.0, 0.01, 0.0)]
+    blocks = [{"wall_end": 102.0, "seconds": 1.5},   # 100.5-102.0: 1.0 s inside the longest ping
+              {"wall_end": 103.5, "seconds": 0.2},   # 103.3-103.5: outside (it ends at 103.0)
+              {"wall_end": 50.0, "seconds": 1.0}]
+    lp = longest_ping(pings, blocks, t0=90.0)
+    assert lp == {"seconds": 2.0, "at_seconds": 11.0, "loop_blocked_seconds": 1.0,
+                  "pinger_cpu_wait_seconds": 0.3}
+    assert longest_ping([], blocks, 0.0) is None

@@ -38,6 +38,7 @@ JSON (``--json PATH``)::
            "window_block_causes" / "cancel_block_causes" (every block of
            >= 50 ms until the cut / of the cancel, the longest per cause:
            see slimgraph.instrument.blame), "longest_ping_seconds",
+           "longest_ping" (where it went: see :func:`longest_ping`),
            "rss_bytes_per_task", "compute_seconds" (None when cut short),
            "cancel_answer_seconds" (when cut short: from the cancel until the
            scheduler answers without the graph's key), "cancel_release_seconds"
@@ -101,7 +102,7 @@ class _Load:
 
     @property
     def longest(self) -> float:
-        return max((d for _, d in self.pings), default=0.0)
+        return max((p[1] for p in self.pings), default=0.0)
 
     @property
     def count(self) -> int:
@@ -162,14 +163,29 @@ class _LoadRun:
         await asyncio.gather(*tasks)
 
     async def _ping(self) -> None:
+        """``(time.time() at start, seconds, of it seconds this pinger
+        waited for a CPU)`` per round trip: on a machine whose cores also
+        run the scheduler, its workers and the client, the pinger itself is
+        sometimes not run when the answer comes (read from the kernel's
+        run-queue clock of this thread, where Linux has one, else 0)."""
+        import threading
+
         from distributed.core import rpc
+
+        from slimgraph.instrument.blame import RunQueueClocks
+
+        clocks = RunQueueClocks()
+        me = threading.get_ident()
+
+        def waited() -> float:
+            return clocks.read(only=me).get(me, 0.0)
 
         r = rpc(self.address)
         try:
             while not self._stop.is_set():
-                t, w = time.perf_counter(), time.time()
+                q, t, w = waited(), time.perf_counter(), time.time()
                 await r.identity()
-                self.pings.append((w, time.perf_counter() - t))
+                self.pings.append((w, time.perf_counter() - t, waited() - q))
                 await asyncio.sleep(self.interval)
         finally:
             await r.close_rpc()
@@ -187,15 +203,19 @@ class _LoadRun:
                 # (up to 120 s, but a stop does not wait for it: the bench
                 # times the cancel after the load has stopped, and a submit
                 # still waiting then is not a round trip seen)
-                done = False
-                while not done and not self._stop.is_set() and time.perf_counter() - t < 120:
-                    try:
-                        await asyncio.wait_for(asyncio.shield(fut), timeout=0.1)
-                        done = True
-                    except asyncio.TimeoutError:
-                        pass
+                # one waiter, looked at every 0.1 s (a waiter per look left
+                # one task per 0.1 s behind, each ending in an error nobody
+                # read once the future was released: 1,846 tracebacks on
+                # stock's 120 s block)
+                waiter = asyncio.ensure_future(fut.result())
+                while not waiter.done() and not self._stop.is_set() and time.perf_counter() - t < 120:
+                    await asyncio.wait({waiter}, timeout=0.1)
+                done = waiter.done() and not waiter.cancelled() and waiter.exception() is None
                 if done or not self._stop.is_set():
                     self.submits.append((w, time.perf_counter() - t))
+                if not waiter.done():
+                    waiter.cancel()
+                    await asyncio.wait({waiter})
                 fut.release()
                 i += 1
                 await asyncio.sleep(self.submit_every)
@@ -369,16 +389,17 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "window_block_causes": by_cause([b for b in blocks if b["wall_end"] <= cut]),
             "cancel_block_causes": by_cause([b for b in blocks if b["wall_end"] > cut]),
             "longest_ping_seconds": ping.longest,
+            "longest_ping": longest_ping(ping.pings, blocks, t0),
             "pings": ping.count,
             # what other users saw: distributions over the pinged window
-            "ping_seconds": distribution([d for _, d in ping.pings]),
+            "ping_seconds": distribution([p[1] for p in ping.pings]),
             "second_client_submit_seconds": distribution([d for _, d in ping.submits]),
             "dashboard_page_seconds": distribution([d for _, d, _ in ping.pages]),
             "dashboard_page_errors": sum(1 for _, _, code in ping.pages if code != 200),
             "heartbeat_gap_seconds": distribution([g for gs in hb["gaps"].values() for g in gs]),
             "worker_ttl_seconds": hb["worker_ttl"],
             # (time.time(), seconds) of every ping, for a timeline
-            "ping_timeline": [(w - t0, d) for w, d in ping.pings],
+            "ping_timeline": [(w - t0, d) for w, d, _ in ping.pings],
             "rss_bytes_per_task": rss,
             "ingestion": rec.ingestion,
             "sent_in_slices": getattr(rec, "sent_in_slices", None),
@@ -409,6 +430,24 @@ def _loop_blocks(since: float, dask_scheduler: Any = None) -> list:
     from slimgraph.instrument.recorder import get_extension
 
     return get_extension(dask_scheduler).loop_blocks(since)
+
+
+def longest_ping(pings: list, blocks: list, t0: float) -> dict | None:
+    """Where the longest round trip went: ``{"seconds", "at_seconds" (from
+    the submission), "loop_blocked_seconds" (the scheduler's attributed
+    loop blocks of >= 50 ms overlapping it), "pinger_cpu_wait_seconds"
+    (the pinger waiting for a CPU; see ``_LoadRun._ping``)}``. What is left
+    is neither: the network, the scheduler's shorter blocks, the
+    scheduler's own waits for a CPU below a block."""
+    if not pings:
+        return None
+    w, d, cpu_wait = max(pings, key=lambda p: p[1])
+    blocked = 0.0
+    for b in blocks:
+        end = b["wall_end"]
+        blocked += max(0.0, min(end, w + d) - max(end - b["seconds"], w))
+    return {"seconds": d, "at_seconds": w - t0, "loop_blocked_seconds": min(blocked, d),
+            "pinger_cpu_wait_seconds": cpu_wait}
 
 
 def by_cause(blocks: list) -> dict:
@@ -546,6 +585,12 @@ def format_client_table(result: dict) -> str:
                f"slim {block_phase(result['slim'])}")
     out.append(f"slim ingestion: {result['slim'].get('ingestion') or '-'}"
                + ("; inputs persisted beforehand, computed inside a span" if result.get("real_use") else ""))
+    lp = [result[k].get("longest_ping") for k in ("stock", "slim")]
+    if all(lp):
+        out.append("longest ping, of it: " + "; ".join(
+            f"{k} {p['seconds'] * 1e3:,.0f} ms at {p['at_seconds']:.1f} s: the scheduler's loop blocked "
+            f"{p['loop_blocked_seconds'] * 1e3:,.0f} ms, the pinger waited for a CPU "
+            f"{p['pinger_cpu_wait_seconds'] * 1e3:,.0f} ms" for k, p in zip(("stock", "slim"), lp)))
     tail = result["slim"].get("sent_in_slices")
     if tail:
         out.append(f"slim: {tail['tasks']:,} ready tasks sent after the commit in {tail['slices']:,} slices "
