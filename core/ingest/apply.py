@@ -6,8 +6,7 @@ holds has changed yet. Applying them does, in stock's order:
 
 1. publish the build: the generation, the Computation, new task groups and
    prefixes, the counts added to the scheduler's own groups, the new tasks
-   (one ``dict.update``, or, for a staged commit, one copy of a dict merged
-   in the build thread: :func:`premerge`), changes to tasks the scheduler already had
+   (one ``dict.update``), changes to tasks the scheduler already had
    (run_specs, edges, priorities), stock's warning for resubmitted keys;
 2. ``who_wants`` and actors (distributed's own ``client_desires_keys``,
    which also reports keys already in memory);
@@ -266,7 +265,7 @@ def _publish(state: Any, b: Build) -> None:
             shim.adopt_prefix(real, tp)
     for d in b.live_groups.values():
         d.apply()
-    _add_tasks(state.tasks, b)
+    state.tasks.update(b.tasks)
     for ts, spec in b.run_specs:
         ts.run_spec = spec
     for ts, attr, value in b.edges_of_existing:
@@ -281,51 +280,6 @@ def _publish(state: Any, b: Build) -> None:
         ts._prio_order = order
     if b.collisions:
         warn_collisions(b.collisions)
-
-
-def premerge(state: Any, b: Build) -> None:
-    """In the build thread: the scheduler's tasks dict as the commit will
-    leave it, for :func:`_add_tasks` to copy whole.
-
-    Why. ``tasks.update(new)`` into a dict that already holds tasks inserts
-    the new ones one by one: 114 ms of the commit, on the event loop, for a
-    1M-task array on 863 persisted inputs (and any long-lived scheduler
-    holds some tasks). Into an *empty* dict, CPython copies a compact dict's
-    table whole instead: 27 ms. So the thread merges a copy of the
-    scheduler's entries (one C call, atomic under the GIL) with the build's,
-    in stock's order (the existing keys, then the new ones, as ``update``
-    leaves them), and the commit swaps the contents in if the scheduler's
-    dict still holds exactly the entries copied. Only when the scheduler's
-    dict is small beside the build (the commit compares it entry by entry),
-    and not when it is empty (``update`` copies whole already)."""
-    tasks = state.tasks
-    if not tasks or len(tasks) * PREMERGE_RATIO > len(b.tasks):
-        return
-    snapshot = list(tasks.items())
-    merged = dict(snapshot)
-    merged.update(b.tasks)
-    b.premerged = (snapshot, merged)
-
-
-#: :func:`premerge` only when the build adds this many times the tasks the
-#: scheduler holds, or more
-PREMERGE_RATIO = 4
-
-
-def _add_tasks(tasks: dict, b: Build) -> bool:
-    """Add the build's tasks to the scheduler's ``tasks``, in stock's order:
-    the merged dict of :func:`premerge` copied whole when the scheduler's
-    entries are still the ones it copied (same keys, same task states, same
-    order), else ``update``. True: copied."""
-    pm = b.premerged
-    if pm is not None:
-        snapshot, merged = pm
-        if len(tasks) == len(snapshot) and list(tasks.items()) == snapshot:
-            tasks.clear()
-            tasks.update(merged)  # (into an empty dict: one copy of the table)
-            return True
-    tasks.update(b.tasks)
-    return False
 
 
 def who_wants(state: Any, b: Build) -> None:

@@ -176,14 +176,10 @@ class Build:
     reads: Reads | None = None
     #: big per-step scratch, freed by disposal rather than in one cascade
     scratch: list = field(default_factory=list)
-    #: ``(the scheduler's task entries as copied, those merged with
-    #: tasks)``, made in the build thread (slimgraph.ingest.apply.premerge)
-    premerged: tuple | None = None
 
     def temporaries(self) -> list:
         """Big containers only this build holds (see slimgraph.runtime.disposal)."""
-        merged = [] if self.premerged is None else [self.premerged[1]]
-        return [self.tasks, self.by_index, self.new, self.touched, *self.scratch, *merged]
+        return [self.tasks, self.by_index, self.new, self.touched, *self.scratch]
 
     def group_delta(self, tg: Any) -> GroupDelta | None:
         return self.live_groups.get(id(tg)) if self.live_groups else None
