@@ -1,6 +1,7 @@
 """SlimTaskState's stock-facing surface: annotations without a dict per task."""
 from __future__ import annotations
 
+import pytest
 from distributed.scheduler import TaskState
 
 from slimgraph.model.taskstate import NoAnnotations, SlimTaskState, stored_annotations
@@ -56,3 +57,16 @@ def test_slim_tasks_pass_for_task_states():
     ts = _task()
     assert isinstance(ts, TaskState) and isinstance(ts, SlimTaskState)
     assert type(ts) is SlimTaskState
+
+
+def test_extra_starts_with_every_default():
+    """Extra's written-out constructor sets every slot to its default, of
+    the default's type (``nbytes`` -1, ``suspicious`` 0, ``_queueable`` True)."""
+    from slimgraph.model.taskstate import EXTRA_DEFAULTS, Extra, _written_out_init
+
+    x = Extra()
+    for name, default in EXTRA_DEFAULTS.items():
+        value = getattr(x, name)
+        assert value == default and type(value) is type(default), name
+    with pytest.raises(TypeError, match="cannot be written out"):
+        _written_out_init({"a": object()})
