@@ -28,7 +28,7 @@ and materialize cause to another thread when they run in a worker thread.
            "state_bytes_per_task": {"engine", "total", "<tree node>": ...},
            "tasks", "edges", "materialization" (slim), "layers" (slim),
            "sending": {"tasks", "message_seconds", "serialize_seconds",
-           "seconds", "us_per_task"} (slimgraph.bench.sending: building and
+           "seconds"} (slimgraph.bench.sending: building and
            serializing compute-task messages for a sample of the tasks)}
 """
 from __future__ import annotations

@@ -31,8 +31,7 @@ __all__ = ["sending_cost"]
 
 
 def sending_cost(scheduler: Any, sample: int = 100_000, batch: int = 1_000) -> dict:
-    """``{"tasks", "message_seconds", "serialize_seconds", "seconds",
-    "us_per_task"}`` for the first ``sample`` tasks by priority (tasks
+    """``{"tasks", "message_seconds", "serialize_seconds", "seconds"}`` for the first ``sample`` tasks by priority (tasks
     without one, made outside a submission, are never sent)."""
     tasks = heapq.nsmallest(sample, (ts for ts in scheduler.tasks.values() if ts.priority is not None),
                             key=lambda ts: ts.priority)
@@ -47,12 +46,5 @@ def sending_cost(scheduler: Any, sample: int = 100_000, batch: int = 1_000) -> d
         del msgs, frames
         built += t1 - t0
         packed += t2 - t1
-    n = len(tasks)
-    total = built + packed
-    return {
-        "tasks": n,
-        "message_seconds": built,
-        "serialize_seconds": packed,
-        "seconds": total,
-        "us_per_task": total / n * 1e6 if n else None,
-    }
+    return {"tasks": len(tasks), "message_seconds": built, "serialize_seconds": packed,
+            "seconds": built + packed}
