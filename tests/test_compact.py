@@ -370,6 +370,40 @@ def test_blockwise_fast_builder_equals_dask():
                 assert_same_node(v.build(local, v.key(local)), v.build_reference(local))
 
 
+def test_nodes_made_without_constructors_equal_dasks():
+    """The installed dask's Task and Alias constructors store what
+    fastnodes stores (checked at import); a change is noticed."""
+    from slimgraph.ingest.compact import fastnodes
+
+    assert fastnodes.ENABLED and fastnodes._agrees()
+    real = fastnodes.task
+
+    def stale(key, func, args, kwargs, dependencies, data_producer=False):
+        t = real(key, func, args, kwargs, dependencies, data_producer)
+        t._repr = "stale"  # a slot the constructor leaves at None
+        return t
+
+    fastnodes.task = stale
+    try:
+        assert not fastnodes._agrees()
+    finally:
+        fastnodes.task = real
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_reductions_and_blocks_with_and_without_fast_nodes(enabled, monkeypatch):
+    """The builders give dask's nodes (and dependency order) both with the
+    nodes made directly and through the constructors (a dask on which the
+    import check failed)."""
+    from slimgraph.ingest.compact import fastnodes
+
+    monkeypatch.setattr(fastnodes, "ENABLED", enabled)
+    for split_every in (2, 3, 4, 6):
+        compare(workloads.array(800).sum(split_every=split_every))
+    compare(da.ones((6, 6), chunks=(2, 3)).mean(axis=1, split_every=5) + da.arange(6, chunks=2))
+    compare(da.ones((4, 9), chunks=(1, 2)).map_blocks(lambda b, block_info=None: b, dtype=float).max(axis=0))
+
+
 def test_run_specs_pickle_and_run(client):
     """Run_specs built on demand run on a worker: their dependencies travel."""
     header, frames, keys = submission((x24 + 1).sum(axis=0))

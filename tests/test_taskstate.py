@@ -4,7 +4,14 @@ from __future__ import annotations
 import pytest
 from distributed.scheduler import TaskState
 
-from slimgraph.model.taskstate import NoAnnotations, SlimTaskState, stored_annotations
+from slimgraph.model.taskstate import (
+    EXTRA_DEFAULTS,
+    NO_EXTRA,
+    NoAnnotations,
+    SlimTaskState,
+    has_extra,
+    stored_annotations,
+)
 
 
 class _Group:
@@ -21,9 +28,9 @@ def test_a_task_without_annotations_reads_as_an_empty_dict_and_stores_none():
     ann = ts.annotations
     assert ann == {} and not ann and "span" not in ann and ann.get("span") is None
     assert isinstance(ann, dict) and ann is not None
-    assert stored_annotations(ts) is None and ts._x is None
+    assert stored_annotations(ts) is None and not has_extra(ts)
     ts.annotations = ts.annotations  # a read handed back stores nothing
-    assert stored_annotations(ts) is None and ts._x is None
+    assert stored_annotations(ts) is None and not has_extra(ts)
 
 
 def test_writing_through_the_read_stores_the_dict_on_the_task():
@@ -70,3 +77,22 @@ def test_extra_starts_with_every_default():
         assert value == default and type(value) is type(default), name
     with pytest.raises(TypeError, match="cannot be written out"):
         _written_out_init({"a": object()})
+
+
+def test_the_shared_default_extra_is_never_written():
+    """Reads go through one shared Extra until a task sets something: every
+    set must give that task its own first, whatever the attribute."""
+    a, b = _task("a"), _task("b")
+    for i, name in enumerate(EXTRA_DEFAULTS):
+        value = ("set", i)
+        setattr(a, name, value)
+        assert getattr(a, name) == value
+    assert has_extra(a) and not has_extra(b)
+    for name, default in EXTRA_DEFAULTS.items():
+        assert getattr(NO_EXTRA, name) == default, name
+        if name != "annotations":  # (reads as an empty dict)
+            assert getattr(b, name) == default, name
+    c = _task("c")
+    c.actor = False  # a default: no Extra of its own
+    c.nbytes = -1
+    assert not has_extra(c)

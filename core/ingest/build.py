@@ -108,8 +108,8 @@ def task_read(ts: Any) -> tuple:
     x = ts._x
     return (
         ts._state,
-        bool(x is not None and x.who_has),
-        x is not None and x.exception_blame is not None,
+        bool(x.who_has),
+        x.exception_blame is not None,
         id(deps),
         len(deps),
         id(waiters),

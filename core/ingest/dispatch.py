@@ -73,6 +73,7 @@ import dask
 from sortedcontainers import SortedDict
 
 from slimgraph import config, shim
+from slimgraph.model.taskstate import NO_EXTRA
 
 #: where :func:`take_view` puts the scheduler's ``n_tasks``
 _N_TASKS = 5
@@ -290,7 +291,7 @@ def _qualifies(ts: Any) -> bool:
     shadowed numbers, or (with dependencies) on their one holder, which
     :func:`shadow` finds as it goes (:func:`_holder`)."""
     x = ts._x
-    return x is None or not (
+    return x is NO_EXTRA or not (
         x.worker_restrictions or x.host_restrictions or x.resource_restrictions or x.actor or x.who_has
     )
 

@@ -52,7 +52,7 @@ from slimgraph.ingest.build import Build
 from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.containers import Edges, freeze
 from slimgraph.model.queue import staged_run
-from slimgraph.model.taskstate import sorted_by_priority
+from slimgraph.model.taskstate import NO_EXTRA, sorted_by_priority
 
 #: Extra transition-log entries kept in a plan's tail: a root-ish task sent
 #: to a worker by the applier logs one entry where the replay assumed two.
@@ -169,7 +169,7 @@ def stock_reason(state: Any, b: Build) -> str | None:
     for ts in b.touched:
         for dts in ts.dependencies:
             x = dts._x
-            if x is not None and x.exception_blame:
+            if x.exception_blame:
                 return "dependencies that erred"
     if len(b.new) == len(b.touched):
         return None  # all new: released, with a run_spec and no lost deps
@@ -181,7 +181,7 @@ def stock_reason(state: Any, b: Build) -> str | None:
         if ts._state != "released" or id(ts) in seen:
             continue
         seen.add(id(ts))
-        if (ts._x is not None and ts.has_lost_dependencies) or not ts.has_run_spec():
+        if ts.has_lost_dependencies or not ts.has_run_spec():
             return "lost dependencies or a task without run_spec"
         if id(ts) in changed:
             return "tasks the scheduler already has change"
@@ -269,7 +269,7 @@ class _Replay:
                 deps = ts.dependencies
                 for dts in deps:
                     x = dts._x
-                    if x is None or not x.who_has:
+                    if not x.who_has:
                         n_on += 1
                     ds = dts._state
                     if ds == "released":
@@ -329,7 +329,7 @@ class _Replay:
                     # and run_spec.data_producer, otherwise on its group, which
                     # does not change during an ingestion.
                     x = ts._x
-                    if x is None and not ts.spec_data_producer():
+                    if x is NO_EXTRA and not ts.spec_data_producer():
                         tg = ts.group
                         r = rootish_by_group.get(tg)
                         if r is None:

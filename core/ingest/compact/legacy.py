@@ -32,8 +32,12 @@ from __future__ import annotations
 from typing import Any
 
 from slimgraph.shim.compact import Alias, GraphNode, Task, _identity_cast, _is_dask_future
+from . import fastnodes
 from .setorder import Collector, aliases_frozenset
 from .unsupported import Unsupported
+
+_fast_task = fastnodes.task
+_fast_alias = fastnodes.alias
 
 #: what a legacy value converts to at the top level
 TASK = 0  # a Task (data_producer False)
@@ -263,18 +267,25 @@ class Skeleton:
     key objects) instead of its tuple, its list and its copies of the keys.
     """
 
-    __slots__ = ("head", "shape", "nkeys")
+    __slots__ = ("head", "shape", "nkeys", "one_list")
 
     def __init__(self, head: Any, shape: tuple):
         self.head = head
         self.shape = shape
         self.nkeys = sum(1 if n < 0 else n for n in shape)
+        #: a reduction's shape, ``(head, [k0, k1, ...])``, built by
+        #: :mod:`.fastnodes` where the installed dask allows
+        self.one_list = fastnodes.ENABLED and len(shape) == 1 and shape[0] > 0
 
     def build(self, key: Any, keys: tuple) -> Any:
         """What ``convert_legacy_task(key, self.rebuild(keys), ...)`` returns
         (every argument key being a key of the graph), built directly: each
         key becomes ``Alias(k)``, each list of keys a nested
         ``Task(None, _identity_cast, Alias(k), ..., typ=list)``."""
+        if self.one_list:
+            deps = aliases_frozenset(keys)
+            inner = _fast_task(None, _identity_cast, tuple(map(_fast_alias, keys)), {"typ": list}, deps)
+            return _fast_task(key, self.head, (inner,), {}, frozenset(set(deps)))
         args: list = []
         i = 0
         for n in self.shape:
