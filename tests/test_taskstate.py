@@ -5,6 +5,7 @@ import pytest
 from distributed.scheduler import TaskState
 
 from slimgraph.model.taskstate import (
+    EXEC_DEFAULTS,
     EXTRA_DEFAULTS,
     NO_EXTRA,
     NoAnnotations,
@@ -67,14 +68,18 @@ def test_slim_tasks_pass_for_task_states():
 
 
 def test_extra_starts_with_every_default():
-    """Extra's written-out constructor sets every slot to its default, of
-    the default's type (``nbytes`` -1, ``suspicious`` 0, ``_queueable`` True)."""
-    from slimgraph.model.taskstate import EXTRA_DEFAULTS, Extra, _written_out_init
+    """Extra's and Rare's written-out constructors set every slot to its
+    default, of the default's type (``nbytes`` -1, ``suspicious`` 0,
+    ``_queueable`` True); a new Extra shares the default Rare."""
+    from slimgraph.model.taskstate import EXEC_DEFAULTS, NO_RARE, RARE_DEFAULTS, Extra, Rare, _written_out_init
 
-    x = Extra()
-    for name, default in EXTRA_DEFAULTS.items():
-        value = getattr(x, name)
-        assert value == default and type(value) is type(default), name
+    for cls, defaults in ((Extra, EXEC_DEFAULTS), (Rare, RARE_DEFAULTS)):
+        x = cls()
+        for name, default in defaults.items():
+            value = getattr(x, name)
+            assert value == default and type(value) is type(default), name
+    assert Extra().more is NO_RARE
+    assert set(EXEC_DEFAULTS) | set(RARE_DEFAULTS) == set(EXTRA_DEFAULTS)
     with pytest.raises(TypeError, match="cannot be written out"):
         _written_out_init({"a": object()})
 
@@ -89,9 +94,18 @@ def test_the_shared_default_extra_is_never_written():
         assert getattr(a, name) == value
     assert has_extra(a) and not has_extra(b)
     for name, default in EXTRA_DEFAULTS.items():
-        assert getattr(NO_EXTRA, name) == default, name
+        assert getattr(NO_EXTRA if name in EXEC_DEFAULTS else NO_EXTRA.more, name) == default, name
         if name != "annotations":  # (reads as an empty dict)
             assert getattr(b, name) == default, name
+    for shared, name in ((NO_EXTRA, "run_id"), (NO_EXTRA.more, "actor")):
+        with pytest.raises(AttributeError, match="read-only"):
+            setattr(shared, name, 1)
+    d = _task("d")
+    d.run_id = 7  # an execution attribute: an Extra, still the shared Rare
+    assert has_extra(d) and d._x.more is NO_EXTRA.more and d.actor is False
+    d.actor = True
+    assert d._x.more is not NO_EXTRA.more and d.actor is True and d.run_id == 7
+    assert b.actor is False and NO_EXTRA.more.actor is False
     c = _task("c")
     c.actor = False  # a default: no Extra of its own
     c.nbytes = -1

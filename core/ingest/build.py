@@ -109,7 +109,7 @@ def task_read(ts: Any) -> tuple:
     return (
         ts._state,
         bool(x.who_has),
-        x.exception_blame is not None,
+        x.more.exception_blame is not None,
         id(deps),
         len(deps),
         id(waiters),

@@ -291,9 +291,10 @@ def _qualifies(ts: Any) -> bool:
     shadowed numbers, or (with dependencies) on their one holder, which
     :func:`shadow` finds as it goes (:func:`_holder`)."""
     x = ts._x
-    return x is NO_EXTRA or not (
-        x.worker_restrictions or x.host_restrictions or x.resource_restrictions or x.actor or x.who_has
-    )
+    if x is NO_EXTRA:
+        return True
+    m = x.more
+    return not (m.worker_restrictions or m.host_restrictions or m.resource_restrictions or m.actor or x.who_has)
 
 
 def _holder(ts: Any) -> Any:
@@ -581,7 +582,7 @@ def _publish_run(
         x.processing_on = workers[w]
         x.run_id = msg["run_id"] = next_run_id()
         msg["stimulus_id"] = stimulus
-        msg["annotations"] = x.annotations or {}  # (as stored; none: an empty dict, as stock's)
+        msg["annotations"] = x.more.annotations or {}  # (as stored; none: an empty dict, as stock's)
         if span:
             msg["span_id"] = ts.group.span_id
         ts._state = "processing"

@@ -52,7 +52,7 @@ from slimgraph.ingest.build import Build
 from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.containers import Edges, freeze
 from slimgraph.model.queue import staged_run
-from slimgraph.model.taskstate import NO_EXTRA, sorted_by_priority
+from slimgraph.model.taskstate import NO_RARE, sorted_by_priority
 
 #: Extra transition-log entries kept in a plan's tail: a root-ish task sent
 #: to a worker by the applier logs one entry where the replay assumed two.
@@ -169,7 +169,7 @@ def stock_reason(state: Any, b: Build) -> str | None:
     for ts in b.touched:
         for dts in ts.dependencies:
             x = dts._x
-            if x.exception_blame:
+            if x.more.exception_blame:
                 return "dependencies that erred"
     if len(b.new) == len(b.touched):
         return None  # all new: released, with a run_spec and no lost deps
@@ -329,13 +329,13 @@ class _Replay:
                     # and run_spec.data_producer, otherwise on its group, which
                     # does not change during an ingestion.
                     x = ts._x
-                    if x is NO_EXTRA and not ts.spec_data_producer():
+                    if x.more is NO_RARE and not ts.spec_data_producer():
                         tg = ts.group
                         r = rootish_by_group.get(tg)
                         if r is None:
                             r = rootish_by_group[tg] = is_rootish(ts)
                     else:
-                        r = (x is None or x._queueable) and is_rootish(ts)
+                        r = x.more._queueable and is_rootish(ts)
                     if r:
                         # -- waiting -> processing -> queued, inlined --
                         ts._state = "queued"
