@@ -234,7 +234,7 @@ class App:
                     "started by this app.")  # fmt: skip
         note += ("<br>Options: <i>lazy containers</i> = the slimgraph.lazy-containers setting; "
                  "<i>ingest only</i> releases the graph after update_graph (no compute); "
-                 "<i>memray</i> captures the scheduler's update_graph (flamegraph download).")
+                 "<i>memray</i> captures the scheduler's update_graph (peak, top sites, flamegraph download).")
         self.mode_note = pn.pane.HTML(f"<small>{note}</small>", sizing_mode="stretch_width")
         self.summary = pn.pane.HTML(
             "<div class='sg-summary'><i>No job yet: submit one from the launcher on the left. "
@@ -443,10 +443,12 @@ class App:
         strip = summary.strip_html(job, figs, job.kinds)
         if self.summary.object != strip:
             self.summary.object = strip
-        key = (job.id, f"{sorted(job.flamegraphs)}{sorted(job.memray_errors)}")
+        key = (job.id, f"{sorted(job.flamegraphs)}{sorted(job.memray_summaries)}{sorted(job.memray_errors)}")
         if key != self._shown_job:
             self._shown_job = key
-            items = [_flamegraph_download(k, html, job.id) for k, html in job.flamegraphs.items()]
+            items = [pn.pane.HTML(summary.memray_html(k, job.id, summ), sizing_mode="stretch_width")
+                     for k, summ in job.memray_summaries.items()]  # fmt: skip
+            items += [_flamegraph_download(k, html, job.id) for k, html in job.flamegraphs.items()]
             items += [pn.pane.HTML(f"<small>memray ({k}): {err}</small>") for k, err in job.memray_errors.items()]
             self.downloads.objects = items
 

@@ -86,6 +86,9 @@ class Job:
         self.results: dict[str, dict] = {k: {} for k in self.kinds}
         #: kind -> flamegraph HTML (str) of the memray capture
         self.flamegraphs: dict[str, str] = {}
+        #: kind -> the capture's summary (``MemraySummary.to_dict()``: peak,
+        #: allocations, top sites), shown in the page
+        self.memray_summaries: dict[str, dict] = {}
         self.memray_errors: dict[str, str] = {}
         #: each engine's memory tree at the end of this job's ingestion, as
         #: the poller keeps its live one: (icicle columns, ntasks, sample,
@@ -322,6 +325,7 @@ class Job:
                 self.memray_errors[kind] = f"{type(ex).__name__}: {ex}"
                 return
             if done:
+                self.memray_summaries[kind] = done[0]
                 if html:
                     self.flamegraphs[kind] = html
                 else:

@@ -152,3 +152,26 @@ SUMMARY_CSS = f"""
 .sg-kind-stock {{ color: {ENGINE_COLORS["stock"]}; }}
 .sg-kind-slim {{ color: {ENGINE_COLORS["slim"]}; }}
 """
+
+
+def memray_html(kind: str, job_id: Any, summ: dict, top: int = 5) -> str:
+    """One engine's memray capture of a job's update_graph, in the page: the
+    peak, how many allocations, what was still held after it, and the sites
+    that held the most at the peak (``MemraySummary.to_dict()``). Written
+    for the sidebar's width: one short line per site, the full path on hover."""
+    items = "".join(
+        f"<li title='{html.escape(str(s['file']))}:{int(s['line'])}'>"
+        f"<span class='sg-memray-bytes'>{fmt(s['bytes'], 'B')}</span> "
+        f"<code>{html.escape(str(s['function']))}</code> "
+        f"({html.escape(str(s['file']).replace(chr(92), '/').rsplit('/', 1)[-1])}:{int(s['line'])}, "
+        f"{int(s['count']):,} allocations)</li>"
+        for s in (summ.get("top_by_bytes") or [])[:top]
+    )
+    peak = int(summ.get("peak_bytes") or 0)
+    allocations = int(summ.get("total_allocations") or 0)
+    head = (f"<b>memray, {kind}, job {html.escape(str(job_id))}</b>: peak "
+            f"<span class='sg-memray-peak' data-value='{peak}'>{fmt(peak, 'B')}</span>, "
+            f"<span class='sg-memray-allocations' data-value='{allocations}'>{allocations:,}</span> "
+            f"allocations, {fmt(summ.get('retained_bytes'), 'B')} still held after update_graph")
+    sites = f"<br>held most at the peak:<ol class='sg-memray-top'>{items}</ol>" if items else ""
+    return f"<div class='sg-memray' data-kind='{kind}'><small>{head}{sites}</small></div>"

@@ -180,6 +180,24 @@ def test_lazy_summary_from_a_census():
     assert Census.from_records(census.to_records()).attrs == census.attrs
 
 
+def test_memray_summary_in_the_page():
+    """A capture's figures as the page shows them: the peak and allocation
+    count as data values, the top sites (escaped, file base names, full path
+    on hover), at most ``top``."""
+    from slimgraph.dashboard import summary
+
+    sites = [{"function": f"f<{i}>", "file": f"/x/y/mod{i}.py", "line": i, "bytes": 1000 - i, "count": i + 1}
+             for i in range(8)]  # fmt: skip
+    out = summary.memray_html("slim", 4, {"peak_bytes": 3 * 2**20, "total_allocations": 12_345,
+                                          "retained_bytes": 2048, "top_by_bytes": sites}, top=5)  # fmt: skip
+    assert "data-value='3145728'>3.0 MiB<" in out and "data-value='12345'>12,345<" in out
+    assert out.count("<li ") == 5 and "f&lt;0&gt;" in out and "f<0>" not in out
+    assert "(mod0.py:0, 1 allocations)" in out and "title='/x/y/mod0.py:0'" in out and "mod5.py" not in out
+    assert "2.0 KiB still held" in out and "data-kind='slim'" in out
+    bare = summary.memray_html("stock", 1, {"peak_bytes": 10})
+    assert "<ol" not in bare and "data-value='10'>10 B<" in bare
+
+
 def test_add_pages_is_explicit_idempotent_and_per_scheduler():
     """Pages for one scheduler, added by a call (twice: no change), listed in
     its /individual-plots.json; nothing global changes, so a scheduler

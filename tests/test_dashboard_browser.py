@@ -371,7 +371,8 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     records each scheduler process holds; history, CSV, memray; widths."""
     from distributed import Client
 
-    from slimgraph.instrument.client import get_submissions
+    from slimgraph.instrument.client import get_memray_results, get_submissions
+    from slimgraph.instrument.offline_html import remote_assets
 
     page, watch = web
     url, _ = launched
@@ -440,6 +441,15 @@ def test_launch_both_engines_summary_equals_records(web, launched):
             button.click()
         html = Path(dl.value.path()).read_text(errors="replace")
         assert len(html) > 10_000 and "update_graph" in html
+        assert remote_assets(html) == []  # works offline: no CDN
+        # in the page: the capture's peak, allocations and top sites, as the
+        # engine's own summary of the capture gives them
+        shown = page.locator(f".sg-memray[data-kind='{k}']").first
+        with Client(addresses(page, kinds)[k], timeout="30s", set_as_default=False) as c:
+            caps = get_memray_results(c, flamegraph=False)
+        assert int(shown.locator(".sg-memray-peak").get_attribute("data-value")) == caps[-1]["peak_bytes"] > 0
+        assert int(shown.locator(".sg-memray-allocations").get_attribute("data-value")) == caps[-1]["total_allocations"]
+        assert shown.locator("ol.sg-memray-top li").count() > 0
     for width in (1000, 1920):
         page.set_viewport_size({"width": width, "height": 1100})
         page.wait_for_timeout(800)

@@ -39,6 +39,7 @@ from slimgraph.instrument.lazysets import LazySetSampler, census, census_async, 
 from slimgraph.instrument.loopmon import LoopMonitor
 from slimgraph.instrument.memory import memory_tree, memory_tree_async
 from slimgraph.instrument.memray_capture import arm
+from slimgraph.instrument.offline_html import remote_assets
 from slimgraph.instrument.stock import OTHER, install, records_own_phases
 from slimgraph.instrument.records import PHASES
 
@@ -416,6 +417,24 @@ def test_lazysets_census_stock_and_slim():
 
 
 # -- 4. memray -----------------------------------------------------------------
+def test_offline_html_inlines_the_vendored_libraries(tmp_path):
+    """CDN scripts and stylesheets with a vendored copy are inlined; others
+    stay, and are listed."""
+    from slimgraph.instrument.offline_html import remote_assets, self_contained
+
+    js = tmp_path / "d3.min.js"
+    js.write_text("var d3 = 1; // '</script>' in a string")
+    css = tmp_path / "bootstrap.min.css"
+    css.write_text("body{color:red}")
+    html = ('<link rel="stylesheet" href="https://cdn.example/npm/bootstrap@4/dist/css/bootstrap.min.css">'
+            '<script src="https://cdn.example/npm/d3@7/dist/d3.min.js"></script>'
+            '<script src="https://cdn.example/other.js"></script><p>kept</p>')
+    out = self_contained(html, {"d3.min.js": js, "bootstrap.min.css": css})
+    assert remote_assets(out) == ["https://cdn.example/other.js"]
+    assert "var d3 = 1;" in out and "<\\/script>' in a string" in out and "body{color:red}" in out
+    assert out.endswith("<p>kept</p>") and out.count("</script>") == 2
+
+
 def test_memray_capture_one_update_graph(tmp_path):
     async def main():
         async with cluster() as (s, c):
@@ -437,6 +456,8 @@ def test_memray_capture_one_update_graph(tmp_path):
     assert summ.retained_bytes > 0
     html = open(summ.flamegraph).read()
     assert "<html" in html.lower() and len(html) > 10_000
+    # self-contained: nothing loaded from a CDN, d3's flamegraph inlined
+    assert remote_assets(html) == [] and "d3-flamegraph.min.js, inlined" in html
     assert ext.memray_armed is None and ext.memray_done == [cap]
     # the captured update_graph was still recorded, and only that one captured
     assert len(recs) == 3 and all(r.status == "OK" for r in recs)

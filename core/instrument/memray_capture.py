@@ -201,6 +201,10 @@ class MemrayCapture:
                 capture_output=True, text=True, timeout=300,
             )
             if proc.returncode == 0 and out.exists():
+                # inline the libraries it loads from CDNs: it works offline
+                from slimgraph.instrument.offline_html import self_contained
+
+                out.write_text(self_contained(out.read_text(encoding="utf-8")), encoding="utf-8")
                 s.flamegraph = str(out)
             else:
                 s.error = (s.error or "") + f" flamegraph failed: {proc.stderr[-500:]}"
