@@ -247,6 +247,9 @@ class App:
         self.csv = pn.widgets.FileDownload(callback=self._history_csv, filename="slimgraph-jobs.csv",
                                            label="Download the job history (CSV)", embed=False,
                                            button_type="default")  # fmt: skip
+        self.parquet = pn.widgets.FileDownload(callback=self._history_parquet, filename="slimgraph-jobs.parquet",
+                                               label="Download the job history (Parquet)", embed=False,
+                                               button_type="default")  # fmt: skip
 
     def _build_figures(self) -> None:
         self.views = Views(kinds=self.kinds, sizing_mode="stretch_width")
@@ -285,7 +288,7 @@ class App:
         self.cards = [
             pn.Card(self.summary, title="Latest job: stock beside slim", sizing_mode="stretch_width",
                     collapsible=False),  # fmt: skip
-            pn.Card(self.history, self.csv, title="Job history", sizing_mode="stretch_width"),
+            pn.Card(self.history, pn.Row(self.csv, self.parquet), title="Job history", sizing_mode="stretch_width"),
         ]
         if self.notebook:
             self.cards += self._plot_cards()
@@ -343,6 +346,12 @@ class App:
 
     def _history_csv(self):
         return io.StringIO(history_frame(self.poll).to_csv(index=False))
+
+    def _history_parquet(self):
+        out = io.BytesIO()
+        history_frame(self.poll).to_parquet(out, index=False)
+        out.seek(0)
+        return out
 
     def _parse_tasks(self) -> int:
         text = str(self.tasks.value).strip().replace(",", "").replace("_", "")

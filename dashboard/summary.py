@@ -51,6 +51,10 @@ def engine_figures(rec: Any, measured: dict | None = None) -> dict:
             out["rss_per_task"] = (rec.rss_after - rec.rss_before) / tasks
         # stock records say nothing: stock ingests on its event loop, in one go
         out["ingestion"] = rec.ingestion or "synchronous (stock: on the event loop)"
+        # which materialized the graph: slim's compact graph (a node per task
+        # only when read), or dask, as stock always does
+        out["materialization"] = getattr(rec, "materialization", None) or (
+            "dask: every node (stock)" if rec.scheduler == "stock" else None)
         out["record_status"] = rec.status
     if m.get("state_bytes") is not None and m.get("state_tasks"):
         out["state_per_task"] = m["state_bytes"] / m["state_tasks"]
@@ -92,6 +96,7 @@ def history_row(job: Any, figures: dict[str, dict]) -> dict:
         for key, _, _ in FIGURES:
             row[f"{kind} {key}"] = f.get(key)
         row[f"{kind} ingestion"] = f.get("ingestion")
+        row[f"{kind} materialization"] = f.get("materialization")
     for key, _, _ in FIGURES:
         if key != "lazy_saved_bytes":
             row[f"ratio {key}"] = ratio((figures.get("stock") or {}).get(key),
@@ -135,6 +140,9 @@ def strip_html(job: Any, figures: dict[str, dict], kinds: tuple[str, ...]) -> st
     ing = "".join(f"<td data-kind='{k}' data-key='ingestion'>{(figures.get(k) or {}).get('ingestion') or '-'}</td>"
                   for k in kinds)  # fmt: skip
     rows.append(f"<tr><th scope='row'>how it was ingested</th>{ing}{'<td></td>' if both else ''}</tr>")
+    mat = "".join(f"<td data-kind='{k}' data-key='materialization'>"
+                  f"{html.escape((figures.get(k) or {}).get('materialization') or '-')}</td>" for k in kinds)  # fmt: skip
+    rows.append(f"<tr><th scope='row'>how it was materialized</th>{mat}{'<td></td>' if both else ''}</tr>")
     tasks = ", ".join(f"{k} {(figures.get(k) or {}).get('tasks') or 0:,}" for k in kinds)
     return (f"<div class='sg-summary' data-job='{job.id}'>"
             f"<div class='sg-summary-title'><b>{job.label}</b> &middot; {job.settings} &middot; "

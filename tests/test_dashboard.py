@@ -632,7 +632,7 @@ def test_summary_figures_and_ratios_come_from_the_records():
                                   "other handler": {"seconds": 0.3, "label": "bokeh: get"}})  # fmt: skip
     slim = _record("slim", 1, "c", tasks=2000, total_s=0.5, longest_block_s=0.01,
                    rss_before=100_000_000, rss_after=104_000_000, ingestion="staged",
-                   block_causes={})  # fmt: skip
+                   block_causes={}, materialization="compact, 12 tasks by dask")  # fmt: skip
     f_stock = summary.engine_figures(stock, {"state_bytes": 4_000_000, "state_tasks": 2000})
     f_slim = summary.engine_figures(slim, {"state_bytes": 2_000_000, "state_tasks": 2000,
                                            "lazy_saved_bytes": 3 * 2**20})  # fmt: skip
@@ -657,6 +657,10 @@ def test_summary_figures_and_ratios_come_from_the_records():
     assert "other handler 0.30 s (bokeh: get)" in html  # the causes, on the longest block
     row = summary.history_row(J, {"stock": f_stock, "slim": f_slim})
     assert row["ratio update_graph_s"] == pytest.approx(4.0) and row["slim ingestion"] == "staged"
+    # which materialized the graph: slim's record says; stock's is always dask
+    assert "data-kind='slim' data-key='materialization'>compact, 12 tasks by dask<" in html
+    assert "data-kind='stock' data-key='materialization'>dask: every node (stock)<" in html
+    assert row["slim materialization"] == "compact, 12 tasks by dask"
     # an engine that measured nothing shows dashes, not zeros
     empty = summary.engine_figures(None)
     assert empty["update_graph_s"] is None and summary.fmt(None, "s") == "-"

@@ -430,10 +430,20 @@ def test_launch_both_engines_summary_equals_records(web, launched):
         assert xs["stock"] == xs["slim"]
     # the history table and its CSV
     with page.expect_download(timeout=30_000) as dl:
-        page.get_by_role("button", name=re.compile("Download the job history")).click()
+        page.get_by_role("button", name=re.compile(r"Download the job history \(CSV\)")).click()
     csv = Path(dl.value.path()).read_text()
     head, *rows = csv.strip().splitlines()
     assert "stock update_graph_s" in head and any(r.startswith(f"{job_id},array,1500,") for r in rows)
+    with page.expect_download(timeout=30_000) as dl:
+        page.get_by_role("button", name=re.compile(r"Download the job history \(Parquet\)")).click()
+    import pandas as pd
+
+    frame = pd.read_parquet(dl.value.path())
+    assert list(frame.columns) == head.split(",") and int(frame["job"].iloc[-1]) == int(job_id)
+    assert frame["stock update_graph_s"].iloc[-1] == pytest.approx(shown[("stock", "update_graph_s")], rel=1e-9)
+    if len(kinds) == 2:  # the bench's array is compact on slim, dask's on stock
+        mat = page.locator(".sg-summary td[data-kind='slim'][data-key='materialization']").inner_text()
+        assert mat.startswith("compact") and frame["slim materialization"].iloc[-1] == mat
     for k in kinds:
         button = page.get_by_role("button", name=re.compile(rf"memray flamegraph \({k}, job"))
         button.wait_for(timeout=120_000)
