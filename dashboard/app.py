@@ -34,7 +34,7 @@ import panel as pn
 
 from slimgraph import workloads
 from slimgraph.dashboard import clusters, summary
-from slimgraph.dashboard.jobs import Job
+from slimgraph.dashboard.jobs import Job, expected_seconds
 from slimgraph.dashboard.poller import Poller, poller as shared_poller
 from slimgraph.dashboard.summary import ENGINE_COLORS
 from slimgraph.views.figures import Views
@@ -415,7 +415,14 @@ class App:
             if job is not None and kind in job.kinds and job.phases.get(kind) == "ingesting":
                 t0 = job.submitted_at.get(kind)
                 el = f"{now - t0:.0f} s" if t0 else ""
-                bits.append(f"<b>ingesting job {job.id}: update_graph running, {el}</b>")
+                more = ""
+                running = (snap.status or {}).get("running") if snap is not None else None
+                if running and running[-1].get("phase"):
+                    more += f", <span class='sg-live-phase' data-kind='{kind}'>phase {running[-1]['phase']}</span>"
+                expected = expected_seconds(kind, job.workload, job.tasks)
+                if expected is not None:
+                    more += f"; expected about {expected[0]:,.0f} s"
+                bits.append(f"<b>ingesting job {job.id}: update_graph running, {el}</b>{more}")
             busy = snap.busy_for(now) if snap is not None else 0.0
             if busy >= 2:
                 bits.append(f"<i>its event loop has not answered for {busy:.0f} s (figures resume when it does)</i>")

@@ -46,6 +46,38 @@ _ids = itertools.count(1)
 
 DONE_STATES = ("memory", "released", "forgotten", "erred")
 
+#: (engine, workload) -> update_graph seconds per task of the jobs done in
+#: this process: what a running update_graph's expected length is told from
+_rates: dict[tuple[str, str], list[float]] = {}
+
+
+def expected_seconds(kind: str, workload: str, tasks: int) -> tuple[float, int] | None:
+    """(seconds, from how many earlier jobs) an update_graph of ``tasks``
+    tasks of ``workload`` is expected to take on ``kind``: the median per-task
+    time of the earlier ones, times ``tasks``; None without any."""
+    rates = sorted(_rates.get((kind, workload), ()))
+    if not rates:
+        return None
+    return rates[len(rates) // 2] * tasks, len(rates)
+
+
+def running_line(elapsed: float, status: dict | None, expected: tuple[float, int] | None,
+                 busy: float = 0.0) -> str:
+    """What the page says of an update_graph in progress: elapsed time, the
+    phase the engine began last (as its status last said: a stock engine's
+    blocked loop does not answer until the ingestion ends) and the expected
+    length."""
+    line = f"update_graph running, {elapsed:.1f} s"
+    running = (status or {}).get("running") or []
+    if running and running[-1].get("phase"):
+        line += f", phase {running[-1]['phase']}" + (" (last seen)" if busy >= 2 else "")
+    if expected is not None:
+        secs, n = expected
+        line += f"; expected about {secs:,.0f} s (from {n} earlier job{'s' if n != 1 else ''})"
+    if busy >= 2:
+        line += f"; the scheduler's loop has not answered for {busy:.0f} s"
+    return line
+
 
 def progress_fraction(states: dict) -> tuple[int, int]:
     """(done, total) from a scheduler status' task counts by state."""
@@ -216,6 +248,8 @@ class Job:
         rec = self._wait_record(kind)
         if rec is not None:
             res.update(record=rec.submission_id, tasks=rec.tasks, update_graph_s=rec.total_s)
+            if rec.status == "OK" and rec.tasks:
+                _rates.setdefault((kind, self.workload), []).append(rec.total_s / rec.tasks)
             self._say(kind, "measuring", "measuring the scheduler's state after the ingestion")
             self._measure_state(feed, res, kind)
         if self.ingest_only:
@@ -239,10 +273,10 @@ class Job:
                 return None  # no record came
             snap = self.poller.engine(kind) if self.poller is not None else None
             busy = snap.busy_for() if snap is not None else 0.0
-            note = (f"; the scheduler's loop has not answered for {busy:.0f} s"
-                    if busy >= 2 else "")  # fmt: skip
             cancelled = " (cancel asked: waiting for update_graph to end)" if self._cancel.is_set() else ""
-            self.messages[kind] = f"update_graph running, {time.monotonic() - t0:.1f} s{note}{cancelled}"
+            line = running_line(time.monotonic() - t0, snap.status if snap is not None else None,
+                                expected_seconds(kind, self.workload, self.tasks), busy)  # fmt: skip
+            self.messages[kind] = line + cancelled
             time.sleep(0.2)
         return None
 

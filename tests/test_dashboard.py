@@ -198,6 +198,23 @@ def test_memray_summary_in_the_page():
     assert "<ol" not in bare and "data-value='10'>10 B<" in bare
 
 
+def test_a_running_update_graph_is_told_with_its_phase_and_expected_length(monkeypatch):
+    from slimgraph.dashboard import jobs
+
+    monkeypatch.setattr(jobs, "_rates", {})
+    assert jobs.expected_seconds("stock", "array", 1000) is None
+    jobs._rates[("stock", "array")] = [2e-3, 1e-3, 9e-3]  # s per task
+    assert jobs.expected_seconds("stock", "array", 1000) == (2.0, 3)  # the median
+    assert jobs.expected_seconds("slim", "array", 1000) is None  # per engine
+    status = {"running": [{"submission_id": 4, "elapsed_s": 3.0, "phase": "transitions", "tasks": 10}]}
+    line = jobs.running_line(12.34, status, (105.2, 1))
+    assert line == "update_graph running, 12.3 s, phase transitions; expected about 105 s (from 1 earlier job)"
+    blocked = jobs.running_line(40.0, status, None, busy=31)
+    assert blocked == ("update_graph running, 40.0 s, phase transitions (last seen); "
+                       "the scheduler's loop has not answered for 31 s")  # fmt: skip
+    assert jobs.running_line(1.0, {"running": []}, None) == "update_graph running, 1.0 s"
+
+
 def test_add_pages_is_explicit_idempotent_and_per_scheduler():
     """Pages for one scheduler, added by a call (twice: no change), listed in
     its /individual-plots.json; nothing global changes, so a scheduler

@@ -139,6 +139,30 @@ def test_phases_add_up_and_signs():
     assert rec.status == "OK" and rec.error is None
 
 
+def test_status_says_which_update_graph_runs_and_its_phase():
+    """While an update_graph is recorded, the extension's status names it
+    and the phase it began last; once finished, it is gone from there."""
+    from slimgraph.instrument.records import SubmissionRecord
+
+    async def main():
+        async with cluster(workers=0) as (s, c):
+            ext = get_extension(s)
+            rec = SubmissionRecord(scheduler="stock", tasks=7)
+            tok = ext.begin(rec)
+            before = ext.status()["running"]
+            with rec.phase("deserialize"):
+                pass
+            with rec.phase("order"):
+                during = ext.status()["running"]
+            ext.finish(rec, tok, append=False)
+            return before, during, ext.status()["running"]
+
+    before, during, after = run(main())
+    assert [r["submission_id"] for r in before] == [r["submission_id"] for r in during] != []
+    assert before[0]["phase"] is None and during[0]["phase"] == "order" and during[0]["tasks"] == 7
+    assert during[0]["elapsed_s"] >= 0 and after == []
+
+
 def test_loop_monitor_measures_a_block():
     async def main():
         mon = LoopMonitor(interval=0.01).start()

@@ -85,6 +85,9 @@ class SlimgraphExtension:
         self.hooks: Any = None
         #: Lazy-container time series sampler, if started.
         self.lazyset_sampler: Any = None
+        #: The records of the update_graph calls running now (begun, not
+        #: finished): what ``status`` says of an ingestion in progress.
+        self.running: list[SubmissionRecord] = []
         if register_handlers:
             self.register_handlers()
         self.ensure_monitor()
@@ -115,6 +118,7 @@ class SlimgraphExtension:
         """Fill the "before" fields of ``record``; returns a token for finish."""
         record.rss_before = fast_rss()
         record.start = time.time()
+        self.running.append(record)
         self.ensure_monitor()
         return (time.perf_counter(), self.loop_monitor.mark())
 
@@ -123,6 +127,8 @@ class SlimgraphExtension:
                append: bool = True) -> SubmissionRecord:
         t0, mark = token
         record.total_s = time.perf_counter() - t0
+        if record in self.running:
+            self.running.remove(record)
         mon = self.loop_monitor
         if mon.running:
             record.longest_block_s = mon.longest_since(mark)
@@ -186,7 +192,10 @@ class SlimgraphExtension:
         ``kind`` (``"slim"``/``"stock"``), ``rss`` (bytes), ``tasks`` (held
         now), ``states`` (task counts by state over the task groups, including
         tasks already forgotten), ``latest`` (id of the newest record, 0 if
-        none) and ``recording`` (whether submissions get phase records).
+        none), ``recording`` (whether submissions get phase records) and
+        ``running``: per update_graph in progress, ``{"submission_id",
+        "elapsed_s", "phase" (the phase begun last, None before the first),
+        "tasks" (0 until known)}``.
         """
         s = self.scheduler
         states: dict[str, int] = {}
@@ -204,6 +213,11 @@ class SlimgraphExtension:
             "states": states,
             "latest": latest.submission_id if latest is not None else 0,
             "recording": self.recording(),
+            "running": [
+                {"submission_id": r.submission_id, "elapsed_s": time.time() - r.start,
+                 "phase": r.phases[-1].name if r.phases else None, "tasks": r.tasks}
+                for r in list(self.running)
+            ],
         }
 
     def recording(self) -> bool:
