@@ -318,8 +318,15 @@ class App:
         def brow(figs):
             return pn.pane.Bokeh(row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
+        # seconds, or us per task: a 1M-task bar of minutes flattens every
+        # small job's bar in seconds
+        self.bar_unit = pn.widgets.RadioButtonGroup(
+            name="Phase bars in", options={"seconds": "s", "us per task": "us"}, value="s", width=220,
+        )  # fmt: skip
+        self.bar_unit.param.watch(lambda e: self.views.set_bar_unit(e.new), "value")
         cards = [
-            pn.Card(brow([self.views.timing[k].figure for k in self.kinds]),
+            pn.Card(pn.Row(pn.pane.HTML("<small>bars in</small>", margin=(12, 4, 0, 10)), self.bar_unit),
+                    brow([self.views.timing[k].figure for k in self.kinds]),
                     title="update_graph phases per job", sizing_mode="stretch_width"),  # fmt: skip
             pn.Card(brow([self.views.memory[k].figure for k in self.kinds]),
                     pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),

@@ -460,6 +460,17 @@ def test_launch_both_engines_summary_equals_records(web, launched):
         assert int(shown.locator(".sg-memray-peak").get_attribute("data-value")) == caps[-1]["peak_bytes"] > 0
         assert int(shown.locator(".sg-memray-allocations").get_attribute("data-value")) == caps[-1]["total_allocations"]
         assert shown.locator("ol.sg-memray-top li").count() > 0
+    # the phase bars per task: the per-task stack shows, the seconds one hides
+    visible_js = """(name) => { for (const d of Bokeh.documents) {
+        const m = d.get_model_by_name(name); if (m) return m.visible; } return null; }"""
+    k0 = kinds[-1]
+    assert page.evaluate(visible_js, f"sg-phase-order-{k0}") is True
+    page.get_by_role("button", name="us per task").click()
+    page.wait_for_function(f"() => ({visible_js})('sg-phase-us-order-{k0}') === true", timeout=15_000)
+    assert page.evaluate(visible_js, f"sg-phase-order-{k0}") is False
+    shot(page, "launch-phase-bars-per-task")
+    page.get_by_role("button", name="seconds").click()
+    page.wait_for_function(f"() => ({visible_js})('sg-phase-order-{k0}') === true", timeout=15_000)
     for width in (1000, 1920):
         page.set_viewport_size({"width": width, "height": 1100})
         page.wait_for_timeout(800)

@@ -320,3 +320,35 @@ def test_timing_bars_are_labelled_and_scaled_together():
     assert stock.xaxis.ticker.ticks == [1]
     assert stock.xaxis.major_label_overrides[1] == "#4\n1.6k tasks"
     assert not views.timing["stock"].empty.visible
+
+
+def test_timing_bars_in_seconds_or_us_per_task():
+    """One switch shows every phase chart per task: a big job's long bar no
+    longer flattens a small one's; the shared axis fits the tallest bar."""
+    from slimgraph.instrument.records import PhaseRecord, SubmissionRecord
+
+    views = Views(kinds=("stock", "slim"))
+    big = SubmissionRecord(scheduler="stock", submission_id=1, tasks=1_000_000, total_s=100.0, status="OK",
+                           phases=[PhaseRecord("order", wall_s=100.0)])  # 100 us/task
+    small = SubmissionRecord(scheduler="slim", submission_id=2, tasks=1_000, total_s=0.3, status="OK",
+                             phases=[PhaseRecord("order", wall_s=0.3)])  # 300 us/task
+    views.timing["stock"].append([transforms.timing_row(big, 1)], 100)
+    views.timing["slim"].append([transforms.timing_row(small, 1)], 100)
+    fig = views.timing["stock"].figure
+    shown = lambda t: {r.name for r in _renderers(t.figure) if r.visible and r.name.startswith("sg-phase")}  # noqa: E731
+    assert fig.y_range.end == pytest.approx(100.0 * 1.08) and "sg-phase-order-stock" in shown(views.timing["stock"])
+    views.set_bar_unit("us")
+    assert fig.y_range.end == pytest.approx(300.0 * 1.08) and fig.yaxis[0].axis_label == "us per task"
+    assert "sg-phase-us-order-stock" in shown(views.timing["stock"])
+    assert not any(n.startswith("sg-phase-order") for n in shown(views.timing["slim"]))
+    legend = views.timing["stock"]._legend  # it drives the shown set only
+    assert [item.renderers for item in legend.items] == [[r] for r in views.timing["stock"]._renderers["us"]]
+    views.set_bar_unit("s")
+    views.timing["stock"]._renderers["s"][0].visible = False  # a phase hidden from the legend ...
+    views.set_bar_unit("us")
+    assert not views.timing["stock"]._renderers["us"][0].visible  # ... stays hidden per task
+    assert views.timing["stock"]._renderers["us"][1].visible
+    views.set_bar_unit("s")
+    assert fig.y_range.end == pytest.approx(100.0 * 1.08) and fig.yaxis[0].axis_label == "seconds"
+    with pytest.raises(ValueError, match="unit"):
+        views.set_bar_unit("ms")

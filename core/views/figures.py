@@ -176,10 +176,27 @@ class TimingFigure:
             hatch_scale=8,
             name=[f"sg-phase-{p}-{kind}" for p in STACK],
         )
-        for p, r in zip(STACK, renderers):
+        # the same bars in us per task (hidden until ``set_unit("us")``): a
+        # 1M-task bar of two minutes flattens every 10k bar in seconds
+        per_task = fig.vbar_stack(
+            [f"{p}_us" for p in STACK],
+            x="x",
+            width=0.8,
+            source=self.source,
+            color=[PHASE_COLORS[p] for p in STACK],
+            hatch_pattern=[PHASE_HATCHES[p] for p in STACK],
+            hatch_color="#333333",
+            hatch_alpha=0.45,
+            hatch_scale=8,
+            name=[f"sg-phase-us-{p}-{kind}" for p in STACK],
+            visible=False,
+        )
+        self._renderers = {"s": renderers, "us": per_task}
+        self.unit = "s"
+        for p, r, r_us in zip(STACK, renderers, per_task):
             fig.add_tools(
                 HoverTool(
-                    renderers=[r],
+                    renderers=[r, r_us],
                     tooltips=[
                         ("submission", "#@submission_id"),
                         ("phase", p),
@@ -198,6 +215,7 @@ class TimingFigure:
             click_policy="hide",
         )
         fig.add_layout(legend, "right")
+        self._legend = legend
         fig.xaxis.minor_tick_line_color = None
         fig.xaxis.ticker = FixedTicker(ticks=[])  # one tick per bar (as bars arrive)
         fig.xgrid.grid_line_color = None
@@ -211,10 +229,36 @@ class TimingFigure:
             data = self.source.data
             xr, yr = self.figure.x_range, self.figure.y_range
             xr.start, xr.end = data["x"][0] - 0.5, max(data["x"][-1] + 0.5, data["x"][0] + 2.5)
-            self.tallest = max(data["total_s"])
-            yr.start, yr.end = 0, max(p.tallest for p in self.peers) * 1.08 or 1
             self.empty.visible = False
+            self._fit_height()
             self._label_ticks()
+
+    def set_unit(self, unit: str) -> None:
+        """Show the bars in seconds (``"s"``) or in microseconds per task
+        (``"us"``); the charts sharing the y range follow."""
+        if unit not in self._renderers:
+            raise ValueError(f"unit must be 's' or 'us', not {unit!r}")
+        if unit != self.unit:
+            # the legend drives the shown set, and a phase hidden from it
+            # (a click) stays hidden in the other unit
+            for item, old, new in zip(self._legend.items, self._renderers[self.unit], self._renderers[unit]):
+                new.visible = old.visible
+                old.visible = False
+                item.renderers = [new]
+        self.unit = unit
+        self.figure.yaxis.axis_label = "seconds" if unit == "s" else "us per task"
+        title = self.figure.title.text
+        for suffix in (" (s)", " (us per task)"):
+            if title.endswith(suffix):
+                self.figure.title.text = title[: -len(suffix)] + (" (s)" if unit == "s" else " (us per task)")
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        data = self.source.data
+        column = data["total_s"] if self.unit == "s" else data["us_per_task"]
+        self.tallest = max((v for v in column if v is not None), default=0.0)
+        self.figure.y_range.start = 0
+        self.figure.y_range.end = max(p.tallest for p in self.peers) * 1.08 or 1
 
     def relabel(self, labels: dict[int, str]) -> None:
         """Label the bars ``{x: label}`` from now on (bars streamed later too)."""
@@ -535,6 +579,14 @@ class Views:
         self.notes = {k: Div(text="", name=f"sg-note-{k}", styles={"color": MUTED}, **div)
                       for k in self.kinds}  # fmt: skip
         self.status = Div(text="", name="sg-status")
+
+    def set_bar_unit(self, unit: str) -> None:
+        """Every phase chart in seconds (``"s"``) or us per task (``"us"``),
+        on one shared y axis."""
+        for f in self.timing.values():
+            f.set_unit(unit)
+        for f in self.timing.values():  # (the shared axis fits the tallest of all)
+            f._fit_height()
 
     # the sources and figures by kind (what the app, tests and notebooks read)
     @property
