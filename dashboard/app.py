@@ -38,7 +38,7 @@ from slimgraph.dashboard.jobs import Job, expected_seconds
 from slimgraph.dashboard.poller import Poller, poller as shared_poller
 from slimgraph.dashboard.summary import ENGINE_COLORS
 from slimgraph.views.figures import Views
-from slimgraph.views.transforms import timing_row
+from slimgraph.views.transforms import timing_row, tree_table
 
 logger = logging.getLogger(__name__)
 
@@ -318,6 +318,12 @@ class App:
         def brow(figs):
             return pn.pane.Bokeh(row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
+        # the memory trees as a table: the largest parts of the state, per
+        # task, stock beside slim (also what a screen reader gets of them)
+        self.memory_table = pn.widgets.Tabulator(
+            pd.DataFrame(), disabled=True, show_index=False, sizing_mode="stretch_width", height=260,
+            name="memory per task", text_align={c: "right" for c in ("stock B/task", "slim B/task", "stock - slim B/task")},
+        )  # fmt: skip
         # seconds, or us per task: a 1M-task bar of minutes flattens every
         # small job's bar in seconds
         self.bar_unit = pn.widgets.RadioButtonGroup(
@@ -329,6 +335,7 @@ class App:
                     brow([self.views.timing[k].figure for k in self.kinds]),
                     title="update_graph phases per job", sizing_mode="stretch_width"),  # fmt: skip
             pn.Card(brow([self.views.memory[k].figure for k in self.kinds]),
+                    self.memory_table,
                     pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
                     title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip
             pn.Card(pn.pane.Bokeh(self.blocks.figure, sizing_mode="stretch_width"),
@@ -531,6 +538,12 @@ class App:
         trees.update(self._kept_trees(trees))
         if trees and any(self._tree_seq[k] != seq for k, (seq, _, _) in trees.items()):
             biggest = max(t[3] for _, t, _ in trees.values()) or 1
+            table = tree_table({k: t[0] for k, (_, t, _) in trees.items()}, kinds=self.kinds)
+            # shown as the summary strip shows bytes; a part a tree does not
+            # draw (too small, or absent there) as a dash
+            frame = pd.DataFrame({c: v if c == "part" else [summary.fmt(x, "B") for x in v]
+                                  for c, v in table.items() if c != "depth"})  # fmt: skip
+            self.memory_table.value = frame
             for k, (seq, (data, ntasks, sample, total), when) in trees.items():
                 self._tree_seq[k] = seq
                 scale = total / biggest

@@ -371,6 +371,7 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     records each scheduler process holds; history, CSV, memray; widths."""
     from distributed import Client
 
+    from slimgraph.dashboard.summary import fmt as summary_fmt
     from slimgraph.instrument.client import get_memray_results, get_submissions
     from slimgraph.instrument.offline_html import remote_assets
 
@@ -428,6 +429,20 @@ def test_launch_both_engines_summary_equals_records(web, launched):
         assert ing.startswith(("staged", "in place"))
         xs = {k: source(page, f"sg-timing-{k}")["x"][-1] for k in kinds}
         assert xs["stock"] == xs["slim"]
+    # the trees as a table: per part, each engine's bytes per task, largest first
+    table = page.locator(".tabulator", has_text="B/task").first
+    table.wait_for(timeout=30_000)
+    heads = [h for h in table.locator(".tabulator-col-title").all_inner_texts() if h.strip()]
+    assert heads[0] == "part" and all(f"{k} B/task" in heads for k in kinds), heads
+    assert table.locator(".tabulator-row").count() > 1
+    top = {k: max(b for b, d in zip(source(page, f"sg-memory-{k}")["bytes_per_task"],
+                                     source(page, f"sg-memory-{k}")["depth"]) if d == 1) for k in kinds}  # fmt: skip
+    big = max(kinds, key=lambda k: top[k])  # the largest part of either tree comes first
+    cell = table.locator(".tabulator-row").first.locator(f".tabulator-cell[tabulator-field='{big} B/task']")
+    assert cell.inner_text().strip() == summary_fmt(top[big], "B")
+    assert "NaN" not in table.inner_text()
+    table.scroll_into_view_if_needed()
+    shot(page, "launch-memory-table")
     # the history table and its CSV
     with page.expect_download(timeout=30_000) as dl:
         page.get_by_role("button", name=re.compile(r"Download the job history \(CSV\)")).click()

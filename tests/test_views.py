@@ -352,3 +352,18 @@ def test_timing_bars_in_seconds_or_us_per_task():
     assert fig.y_range.end == pytest.approx(100.0 * 1.08) and fig.yaxis[0].axis_label == "seconds"
     with pytest.raises(ValueError, match="unit"):
         views.set_bar_unit("ms")
+
+
+def test_memory_trees_as_one_table():
+    """The icicles' table: parts joined by path, largest first, each followed
+    by its own parts; per-task bytes of each engine and their difference."""
+    st = {"path": ["state", "state/run_spec", "state/run_spec/Task", "state/containers", "state/a/b/c"],
+          "depth": [0, 1, 2, 1, 3], "bytes_per_task": [1000.0, 600.0, 400.0, 300.0, 10.0]}
+    sl = {"path": ["state", "state/run_spec", "state/keys"], "depth": [0, 1, 1], "bytes_per_task": [300.0, 100.0, 50.0]}
+    t = transforms.tree_table({"stock": st, "slim": sl})
+    assert t["part"] == ["run_spec", "\u2514 Task", "containers", "keys"]  # depth 3 and the root left out
+    assert t["stock B/task"] == [600.0, 400.0, 300.0, None]
+    assert t["slim B/task"] == [100.0, None, None, 50.0]
+    assert t["stock - slim B/task"] == [500.0, 400.0, 300.0, -50.0]
+    only = transforms.tree_table({"slim": sl}, kinds=("slim",))
+    assert only["part"] == ["run_spec", "keys"] and "stock - slim B/task" not in only

@@ -247,3 +247,54 @@ def lazy_summary(census) -> tuple[dict, dict]:
         **tot,
     }
     return point, attrs
+
+
+def tree_table(trees: dict[str, dict], max_depth: int = 2, kinds: tuple = ("stock", "slim")) -> dict[str, list]:
+    """The memory trees as one table, stock beside slim: per part of the
+    scheduler's state (a tree node down to ``max_depth``, joined by path),
+    bytes per task on each engine and the difference. The icicles' data-table
+    alternative: the largest parts first, each followed by its own parts.
+
+    ``trees``: kind -> :func:`icicle` columns (the nodes drawn)."""
+    per: dict[str, dict[str, float]] = {}
+    depth: dict[str, int] = {}
+    for kind, data in trees.items():
+        for path, d, bpt in zip(data.get("path", ()), data.get("depth", ()), data.get("bytes_per_task", ())):
+            if 0 < d <= max_depth:
+                per.setdefault(path, {})[kind] = float(bpt)
+                depth[path] = int(d)
+
+    def size(path: str) -> float:
+        return max(per[path].values())
+
+    def parent(path: str) -> str:
+        return path.rsplit("/", 1)[0] if "/" in path else ""
+
+    by_parent: dict[str, list[str]] = {}
+    for path in per:
+        p = parent(path)
+        by_parent.setdefault(p if p in per else "", []).append(path)
+    order: list[str] = []
+
+    def walk(p: str) -> None:
+        for path in sorted(by_parent.get(p, ()), key=lambda q: -size(q)):
+            order.append(path)
+            walk(path)
+
+    walk("")
+    out: dict[str, list] = {"part": [], "depth": []}
+    for k in kinds:
+        out[f"{k} B/task"] = []
+    both = all(k in trees for k in ("stock", "slim"))
+    if both:
+        out["stock - slim B/task"] = []
+    for path in order:
+        indent = "\u2003" * (depth[path] - 2) + "\u2514 " if depth[path] > 1 else ""  # (HTML keeps em spaces)
+        out["part"].append(indent + path.rsplit("/", 1)[-1])
+        out["depth"].append(depth[path])
+        for k in kinds:
+            out[f"{k} B/task"].append(per[path].get(k))
+        if both:
+            # (a part one tree does not draw is too small to draw, or absent)
+            out["stock - slim B/task"].append((per[path].get("stock") or 0.0) - (per[path].get("slim") or 0.0))
+    return out
