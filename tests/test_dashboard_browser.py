@@ -481,7 +481,7 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     k0 = kinds[-1]
     assert page.evaluate(visible_js, f"sg-phase-order-{k0}") is True
     page.get_by_role("button", name="us per task").click()
-    page.wait_for_function(f"() => ({visible_js})('sg-phase-us-order-{k0}') === true", timeout=15_000)
+    page.wait_for_function(f"() => ({visible_js})('sg-pertask-order-{k0}') === true", timeout=15_000)
     assert page.evaluate(visible_js, f"sg-phase-order-{k0}") is False
     shot(page, "launch-phase-bars-per-task")
     page.get_by_role("button", name="seconds").click()

@@ -91,14 +91,14 @@ def test_figures_use_the_palette():
     phase_colours = {c.upper() for c in palette.PHASE_COLORS.values()}
     seen_phases = {k: [] for k in views.kinds}
     for kind in views.kinds:
-        for r in _renderers(views.timing[kind].figure):
+        for r in _renderers(views.timing[kind].figure):  # (in seconds, then per task)
             name = r.name or ""
-            assert name.startswith("sg-phase-"), name
-            phase = name[len("sg-phase-"): -len(kind) - 1]
+            prefix = next(p for p in ("sg-phase-", "sg-pertask-") if name.startswith(p))
+            phase = name[len(prefix): -len(kind) - 1]
             assert r.glyph.fill_color.upper() == palette.PHASE_COLORS[phase].upper()
             assert r.glyph.hatch_pattern == palette.PHASE_HATCHES[phase]
             seen_phases[kind].append(phase)
-    assert seen_phases == {k: list(transforms.STACK) for k in views.kinds}
+    assert seen_phases == {k: list(transforms.STACK) * 2 for k in views.kinds}
     rss = {r.glyph.line_color.upper() for r in _renderers(views.rss.figure)
            if type(r.glyph).__name__ == "Line"}  # fmt: skip
     assert rss == {c.upper() for c in palette.ENGINE_COLORS.values()}
@@ -335,11 +335,11 @@ def test_timing_bars_in_seconds_or_us_per_task():
     views.timing["stock"].append([transforms.timing_row(big, 1)], 100)
     views.timing["slim"].append([transforms.timing_row(small, 1)], 100)
     fig = views.timing["stock"].figure
-    shown = lambda t: {r.name for r in _renderers(t.figure) if r.visible and r.name.startswith("sg-phase")}  # noqa: E731
+    shown = lambda t: {r.name for r in _renderers(t.figure) if r.visible and r.name.startswith(("sg-phase", "sg-pertask"))}  # noqa: E731
     assert fig.y_range.end == pytest.approx(100.0 * 1.08) and "sg-phase-order-stock" in shown(views.timing["stock"])
     views.set_bar_unit("us")
     assert fig.y_range.end == pytest.approx(300.0 * 1.08) and fig.yaxis[0].axis_label == "us per task"
-    assert "sg-phase-us-order-stock" in shown(views.timing["stock"])
+    assert "sg-pertask-order-stock" in shown(views.timing["stock"])
     assert not any(n.startswith("sg-phase-order") for n in shown(views.timing["slim"]))
     legend = views.timing["stock"]._legend  # it drives the shown set only
     assert [item.renderers for item in legend.items] == [[r] for r in views.timing["stock"]._renderers["us"]]

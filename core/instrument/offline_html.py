@@ -43,22 +43,18 @@ def self_contained(html: str, assets: dict[str, Path] | None = None) -> str:
     copy inlined."""
     assets = vendored_assets() if assets is None else assets
 
-    def script(m: re.Match) -> str:
-        path = assets.get(_name(m.group(1)))
-        if path is None or not path.name.endswith(".js"):
-            return m.group(0)
-        # (a literal "</script" inside would end the element early)
-        body = path.read_text(encoding="utf-8").replace("</script", "<\\/script")
-        return f"<script>/* {path.name}, inlined from memray's vendored copy */\n{body}\n</script>"
+    def inliner(tag: str, suffix: str):
+        def inline(m: re.Match) -> str:
+            path = assets.get(_name(m.group(1)))
+            if path is None or not path.name.endswith(suffix):
+                return m.group(0)
+            # (a literal closing tag inside would end the element early)
+            body = path.read_text(encoding="utf-8").replace(f"</{tag}", f"<\\/{tag}")
+            return f"<{tag}>/* {path.name}, inlined from memray's vendored copy */\n{body}\n</{tag}>"
 
-    def style(m: re.Match) -> str:
-        path = assets.get(_name(m.group(1)))
-        if path is None or not path.name.endswith(".css"):
-            return m.group(0)
-        body = path.read_text(encoding="utf-8").replace("</style", "<\\/style")
-        return f"<style>/* {path.name}, inlined from memray's vendored copy */\n{body}\n</style>"
+        return inline
 
-    return _STYLE.sub(style, _SCRIPT.sub(script, html))
+    return _STYLE.sub(inliner("style", ".css"), _SCRIPT.sub(inliner("script", ".js"), html))
 
 
 def remote_assets(html: str) -> list[str]:

@@ -164,33 +164,25 @@ class TimingFigure:
                       x_axis_label="update_graph submissions (id, tasks)",
                       y_axis_label="seconds", x_range=Range1d(0.5, 5.5),
                       y_range=y_range if y_range is not None else Range1d(0, 1))  # fmt: skip
-        renderers = fig.vbar_stack(
-            list(STACK),
-            x="x",
-            width=0.8,
-            source=self.source,
-            color=[PHASE_COLORS[p] for p in STACK],
-            hatch_pattern=[PHASE_HATCHES[p] for p in STACK],
-            hatch_color="#333333",
-            hatch_alpha=0.45,
-            hatch_scale=8,
-            name=[f"sg-phase-{p}-{kind}" for p in STACK],
-        )
+        def stack(fields: list, prefix: str, visible: bool = True) -> list:
+            return fig.vbar_stack(
+                fields,
+                x="x",
+                width=0.8,
+                source=self.source,
+                color=[PHASE_COLORS[p] for p in STACK],
+                hatch_pattern=[PHASE_HATCHES[p] for p in STACK],
+                hatch_color="#333333",
+                hatch_alpha=0.45,
+                hatch_scale=8,
+                name=[f"{prefix}{p}-{kind}" for p in STACK],
+                visible=visible,
+            )
+
+        renderers = stack(list(STACK), "sg-phase-")
         # the same bars in us per task (hidden until ``set_unit("us")``): a
         # 1M-task bar of two minutes flattens every 10k bar in seconds
-        per_task = fig.vbar_stack(
-            [f"{p}_us" for p in STACK],
-            x="x",
-            width=0.8,
-            source=self.source,
-            color=[PHASE_COLORS[p] for p in STACK],
-            hatch_pattern=[PHASE_HATCHES[p] for p in STACK],
-            hatch_color="#333333",
-            hatch_alpha=0.45,
-            hatch_scale=8,
-            name=[f"sg-phase-us-{p}-{kind}" for p in STACK],
-            visible=False,
-        )
+        per_task = stack([f"{p}_us" for p in STACK], "sg-pertask-", visible=False)
         self._renderers = {"s": renderers, "us": per_task}
         self.unit = "s"
         for p, r, r_us in zip(STACK, renderers, per_task):
