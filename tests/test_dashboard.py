@@ -759,3 +759,28 @@ def test_engines_run_in_processes_of_their_own():
             poll.stop()
         mgr.close()
     assert all(p.poll() is not None for p in procs)
+
+
+def test_closed_websockets_are_not_tracebacks(caplog):
+    """A page's websocket closed under a write (a reload) is logged at DEBUG;
+    any other unretrieved exception still reaches asyncio's own handler."""
+    import asyncio
+    import logging
+
+    from tornado.websocket import WebSocketClosedError
+
+    from slimgraph.dashboard.app import quiet_closed_websockets
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert quiet_closed_websockets(loop) and not quiet_closed_websockets(loop)  # once per loop
+        with caplog.at_level(logging.DEBUG):
+            loop.call_exception_handler({"message": "Task exception was never retrieved",
+                                         "exception": WebSocketClosedError()})  # fmt: skip
+            loop.call_exception_handler({"message": "Task exception was never retrieved",
+                                         "exception": ValueError("boom")})  # fmt: skip
+    finally:
+        loop.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "boom" in (errors[0].exc_text or repr(errors[0].exc_info))
+    assert any(r.levelno == logging.DEBUG and "websocket closed" in r.getMessage() for r in caplog.records)
