@@ -310,7 +310,8 @@ def format_floor(result: dict) -> list:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m slimgraph bench", description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="array")
-    ap.add_argument("--tasks", type=int, default=20_000)
+    ap.add_argument("--tasks", type=int, default=None,
+                    help="about this many tasks (default 20,000; 1,000,000 in dashboard mode)")
     ap.add_argument("--json", dest="json_path")
     ap.add_argument("--tracemalloc", dest="tracemalloc", action="store_true", default=None,
                     help="also measure retained bytes with tracemalloc (default: on up to 200k tasks)")
@@ -321,10 +322,12 @@ def main(argv: list[str] | None = None) -> None:
                          "(dask materializes every node), which shows what compact ingestion saves")
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="skip the limits run (slimgraph.bench.floor)")
-    ap.add_argument("--mode", choices=("engine", "client"), default="engine",
+    ap.add_argument("--mode", choices=("engine", "client", "dashboard"), default="engine",
                     help="engine: one replayed submission per fresh in-process scheduler "
                          "(default); client: end to end through a real Client to scheduler "
-                         "and worker processes, including the computation")
+                         "and worker processes, including the computation; dashboard: the "
+                         "dashboard app in headless Chromium while stock ingests (page loads, "
+                         "widget answers, refresh gaps; issue #15's targets), and a soak")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (client mode)")
     ap.add_argument("--compute-seconds", type=float, default=None,
                     help="client mode: stop computing this long after the submission "
@@ -336,7 +339,21 @@ def main(argv: list[str] | None = None) -> None:
                     help="client mode: the graph depends on inputs persisted beforehand "
                          "(array) or scattered (delayed), and is computed inside a "
                          "distributed.span, with dask's dashboard pages open (unless --no-load)")
+    ap.add_argument("--soak-minutes", type=float, default=0.0,
+                    help="dashboard mode: then this long, submit jobs while reloading our page "
+                         "and dask's /status and /graph of both engines (default 0: no soak)")
     a = ap.parse_args(argv)
+    if a.tasks is None:
+        a.tasks = 1_000_000 if a.mode == "dashboard" else 20_000
+    if a.mode != "dashboard" and a.soak_minutes:
+        ap.error("--soak-minutes is for --mode dashboard")
+    if a.mode == "dashboard":
+        if a.only:
+            ap.error("--only is for --mode engine")
+        from slimgraph.bench.dashboard import bench_dashboard, format_dashboard_table
+
+        print(format_dashboard_table(bench_dashboard(a.workload, a.tasks, a.soak_minutes, a.json_path)))
+        return
     if a.mode == "client":
         if a.only:
             ap.error("--only is for --mode engine: client mode runs stock and slim, one after the other, for its ratios")
