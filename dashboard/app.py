@@ -531,7 +531,9 @@ class App:
                 pts = [p for p in list(snap.lazy_points) if p["time"] > self._lazy_last[k]]
                 if pts:
                     self._lazy_last[k] = pts[-1]["time"]
-                    self.views.lazy[k].source.stream({c: [p[c] for p in pts] for c in pts[0]}, 2000)
+                    # (extend, not the source's stream: it also moves the chart's
+                    # explicit time range to the data and hides "no census yet")
+                    self.views.lazy[k].extend(pts, 2000)
                 if snap.lazy_attrs is not None:
                     self.views.lazy_attrs[k].show(snap.lazy_attrs)
             if snap.tree is not None:

@@ -82,3 +82,38 @@ def test_dashboard_mode_measures_the_page_and_soaks(tmp_path):
     pids = [r["app"]["pid"], *r["app"]["engine_pids"].values()]
     assert len(pids) >= 2
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
+def test_the_apps_lazy_series_shows_its_census_points():
+    """Found by this benchmark's screenshots: the app streamed census points
+    into the lazy-containers chart's source directly, so its explicit time
+    range stayed on the minute before the page was built and "no census yet"
+    stayed up while the data sat outside the chart. A session renders a
+    point from the poller's snapshot: the label goes, the range spans it."""
+    import time
+
+    from slimgraph.dashboard.app import App
+    from slimgraph.dashboard.clusters import ClusterManager
+    from slimgraph.dashboard.poller import Poller
+    from slimgraph.instrument.lazysets import AttrCensus, Census
+    from slimgraph.views.transforms import lazy_summary
+
+    mgr = ClusterManager()  # nothing started: the snapshot is filled in by hand
+    app = App(manager=mgr, start_clusters=False, poller=Poller(mgr))
+    app._plot_cards()  # the deferred plots, as a page's first render builds them
+    fig = app.views.lazy["stock"]
+    assert fig.empty.visible
+    time.sleep(0.05)
+    census = Census(time=time.time(), ntasks=10, attrs={"dependents": AttrCensus(
+        "dependents", tasks=10, none=4, singleton=0, allocated=6, empty_allocated=1, shared=0,
+        held_bytes=1200, eager_bytes=2400)})  # fmt: skip
+    point, attrs = lazy_summary(census)
+    snap = app.poll.engine("stock")
+    snap.lazy_points.append(point)
+    snap.lazy_attrs = attrs
+    snap.lazy_seq += 1
+    app._render_plots()
+    assert list(fig.source.data["time"]) == [point["time"]]
+    assert not fig.empty.visible
+    assert fig.figure.x_range.start < point["time"] < fig.figure.x_range.end
+    assert not app.views.lazy_attrs["stock"].empty.visible

@@ -64,7 +64,7 @@ to a temporary directory that is printed; the app's log goes there too.
 JSON (``--json PATH``)::
 
     {"mode": "dashboard", "workload", "requested_tasks", "versions",
-     "app": {"url", "pid", "log", "engine_pids": {kind: scheduler pid}},
+     "app": {"url", "pid", "log", "commit" (the checkout's), "engine_pids": {kind: scheduler pid}},
      "ingestion": {"job", "tasks", "update_graph_seconds" (the page's summary
          strip), "chart_update_graph_seconds" (phases chart), "record_update_graph_seconds"
          (the stock scheduler's record), "shown_seconds" (how long the page
@@ -930,6 +930,20 @@ def soak(page, ctx, url: str, watch: Watch, app: AppProcess, minutes: float, tas
 # ---------------------------------------------------------------------------
 
 
+def checkout_commit() -> str | None:
+    """The commit of the checkout the app runs from (``+dirty`` with local
+    changes), or None outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+dirty" if dirty else "")) or None
+
+
 def shots_folder(json_path: str | None, shots_dir: str | None = None) -> Path:
     if shots_dir:
         folder = Path(shots_dir)
@@ -961,7 +975,7 @@ def bench_dashboard(workload: str = "array", tasks: int = 1_000_000, soak_minute
         "mode": "dashboard", "workload": workload, "requested_tasks": tasks,
         "versions": {"dask": dask.__version__, "distributed": distributed.__version__,
                      "python": platform.python_version()},
-        "app": {"url": app.url, "pid": app.pid, "log": str(app.log)},
+        "app": {"url": app.url, "pid": app.pid, "log": str(app.log), "commit": checkout_commit()},
         "shots_dir": str(folder),
     }  # fmt: skip
     try:
