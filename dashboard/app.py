@@ -494,7 +494,9 @@ class App:
             for col in df.columns:
                 if df[col].dtype.kind == "f":
                     df[col] = df[col].map(lambda v: float(f"{v:.4g}") if pd.notna(v) else v)
-            self.history.value = df
+            # an engine a job did not use shows a dash, not NaN (the CSV and
+            # Parquet downloads keep empty cells)
+            self.history.value = df.astype(object).where(df.notna(), "-")
 
     def _render_plots(self) -> None:
         if self.views is None:
@@ -541,7 +543,9 @@ class App:
         trees.update(self._kept_trees(trees))
         if trees and any(self._tree_seq[k] != seq for k, (seq, _, _) in trees.items()):
             biggest = max(t[3] for _, t, _ in trees.values()) or 1
-            table = tree_table({k: t[0] for k, (_, t, _) in trees.items()}, kinds=self.kinds)
+            # (an engine holding no tasks, with no job's tree kept, has no
+            # bytes per task to compare)
+            table = tree_table({k: t[0] for k, (_, t, _) in trees.items() if t[1] > 0}, kinds=self.kinds)
             # shown as the summary strip shows bytes; a part a tree does not
             # draw (too small, or absent there) as a dash
             frame = pd.DataFrame({c: v if c == "part" else [summary.fmt(x, "B") for x in v]

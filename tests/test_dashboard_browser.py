@@ -559,6 +559,10 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
         page.get_by_role("button", name="Submit").wait_for(timeout=120_000)
     wait_rows(page, "sg-timing-stock", "submission_id", 0, timeout=60)
     assert source(page, "sg-timing-stock")["tasks"][-1] > 100_000
+    # a stock-only job: the history's slim cells are dashes, not NaN
+    history = page.locator(".tabulator", has_text="requested tasks").first
+    history.wait_for(timeout=30_000)
+    assert "NaN" not in history.inner_text()
     for kind, address in addresses(page, kinds).items():
         link = page.locator("a", has_text=f"{kind} dask dashboard").first.get_attribute("href")
         for _ in range(3):
