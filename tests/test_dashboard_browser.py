@@ -28,6 +28,9 @@ from urllib.parse import urlparse
 import pytest
 from subprocs import Proc, dask_scheduler, free_port, wait_http
 
+# the data of a named ColumnDataSource, read in the page (the bench's own reader)
+from slimgraph.bench.dashboard import SOURCE_JS
+
 pytestmark = [pytest.mark.browser, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,18 +134,6 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True, timeout=120_000)
 
 
-SOURCE_JS = """(name) => {
-    if (!window.Bokeh) return null;
-    for (const d of Bokeh.documents) {
-        const m = d.get_model_by_name(name);
-        if (m && m.data) {
-            const out = {};
-            for (const [k, v] of Object.entries(m.data)) out[k] = Array.from(v);
-            return out;
-        }
-    }
-    return null;
-}"""
 
 
 TITLE_JS = """(name) => {
