@@ -30,6 +30,7 @@ from slimgraph import shim
 from slimgraph.model.containers import NO_EDGES, Edges
 
 _StockTaskState = shim.StockTaskState
+_new_dict = dict.__new__
 
 #: Attributes a task has once it runs, kept in :class:`Extra`, with the
 #: default every task has.
@@ -482,7 +483,7 @@ def _annotations_property() -> property:
     def fget(self: SlimTaskState) -> dict:
         value = bget(self)
         if value is None:  # (made without a Python __init__: 0.3 -> 0.1 us)
-            value = new_dict(NoAnnotations)
+            value = _new_dict(NoAnnotations)
             value._ts = self
         return value
 
@@ -494,7 +495,6 @@ def _annotations_property() -> property:
     return property(fget, fset, doc="``annotations``: a dict, empty (NoAnnotations) if none")
 
 
-new_dict = dict.__new__
 SlimTaskState.annotations = _annotations_property()
 
 

@@ -364,19 +364,8 @@ class CompactGraph:
         src, local = self._source(i)
         return src.build(self, i, local)
 
-    #: the node :meth:`read_run_spec` built last, ``(i, node)``
+    #: the node :meth:`task_run_spec` built last, ``(i, node)``
     _last: tuple = (-1, None)
-
-    def read_run_spec(self, i: int) -> Any:
-        """:meth:`run_spec`, for a task state's reader: reads of the same
-        task in a row (distributed's ``is_rootish`` then ``_task_to_msg``
-        when it sends a task to a worker) share one build."""
-        last = self._last
-        if last[0] == i:
-            return last[1]
-        node = self.run_spec(i)
-        self._last = (i, node)
-        return node
 
     # -- what a task state reads, by the handle it holds ---------------------
     def index_of(self, handle: int) -> int:
@@ -392,12 +381,14 @@ class CompactGraph:
         return handle if handles is None else handles[handle]
 
     def task_run_spec(self, handle: int) -> Any:
-        """:meth:`read_run_spec` of the task named by ``handle``.
+        """:meth:`run_spec` of the task named by ``handle``, for a task
+        state's reader: reads of the same task in a row (distributed's
+        ``is_rootish`` then ``_task_to_msg`` when it sends a task to a
+        worker) share one build.
 
-        Written out (:meth:`index_of`, :meth:`read_run_spec`,
-        :meth:`run_spec` and :meth:`_source` in one frame): it runs once per
-        task sent to a worker, and three calls less took 0.4 -> 0.2 us off a
-        ``compute-task`` message."""
+        Written out (:meth:`index_of`, :meth:`run_spec` and :meth:`_source`
+        in one frame): it runs once per task sent to a worker, and three
+        calls less took 0.4 -> 0.2 us off a ``compute-task`` message."""
         handles = self.handles
         i = handle if handles is None else handles[handle]
         last = self._last
