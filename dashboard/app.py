@@ -549,7 +549,7 @@ class App:
             # shown as the summary strip shows bytes; a part a tree does not
             # draw (too small, or absent there) as a dash
             frame = pd.DataFrame({c: v if c == "part" else [summary.fmt(x, "B") for x in v]
-                                  for c, v in table.items() if c != "depth"})  # fmt: skip
+                                  for c, v in table.items()})  # fmt: skip
             self.memory_table.value = frame
             for k, (seq, (data, ntasks, sample, total), when) in trees.items():
                 self._tree_seq[k] = seq

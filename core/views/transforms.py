@@ -282,7 +282,7 @@ def tree_table(trees: dict[str, dict], max_depth: int = 2, kinds: tuple = ("stoc
             walk(path)
 
     walk("")
-    out: dict[str, list] = {"part": [], "depth": []}
+    out: dict[str, list] = {"part": []}
     for k in kinds:
         out[f"{k} B/task"] = []
     both = all(k in trees for k in ("stock", "slim"))
@@ -291,7 +291,6 @@ def tree_table(trees: dict[str, dict], max_depth: int = 2, kinds: tuple = ("stoc
     for path in order:
         indent = "\u2003" * (depth[path] - 2) + "\u2514 " if depth[path] > 1 else ""  # (HTML keeps em spaces)
         out["part"].append(indent + path.rsplit("/", 1)[-1])
-        out["depth"].append(depth[path])
         for k in kinds:
             out[f"{k} B/task"].append(per[path].get(k))
         if both:
