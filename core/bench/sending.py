@@ -31,8 +31,9 @@ __all__ = ["sending_cost"]
 
 
 def sending_cost(scheduler: Any, sample: int = 100_000, batch: int = 1_000) -> dict:
-    """``{"tasks", "message_seconds", "serialize_seconds", "seconds"}`` for the first ``sample`` tasks by priority (tasks
-    without one, made outside a submission, are never sent)."""
+    """``{"tasks", "message_seconds", "serialize_seconds", "seconds"}`` for
+    the first ``sample`` tasks by priority (tasks without one, made outside a
+    submission, are never sent)."""
     tasks = heapq.nsmallest(sample, (ts for ts in scheduler.tasks.values() if ts.priority is not None),
                             key=lambda ts: ts.priority)
     built = packed = 0.0
