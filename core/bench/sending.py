@@ -5,8 +5,9 @@ and the reader that matters is distributed's ``_task_to_msg``: the moment
 a task goes to a worker. Work taken out of the ingestion could come back
 there, once per task, on the event loop. This measures it, stock and slim
 on the same submission: the scheduler's own part of dispatching, which is
-building each ``compute-task`` message (distributed's code; it reads
-``ts.run_spec``) and serializing the messages as a worker's stream does
+building each ``compute-task`` message (the scheduler's own
+``_task_to_msg``: distributed's on stock, :mod:`slimgraph.model.messages`
+on slim) and serializing the messages as a worker's stream does
 (``distributed.protocol.dumps`` of a batch). The network and the workers
 are left out: they are the same for both engines.
 
@@ -40,7 +41,7 @@ def sending_cost(scheduler: Any, sample: int = 100_000, batch: int = 1_000) -> d
     for i in range(0, len(tasks), batch):
         chunk = tasks[i:i + batch]
         t0 = time.perf_counter()
-        msgs = [shim.task_to_msg(scheduler, ts) for ts in chunk]
+        msgs = [shim.scheduler_task_msg(scheduler, ts) for ts in chunk]
         t1 = time.perf_counter()
         frames = dumps(msgs)
         t2 = time.perf_counter()

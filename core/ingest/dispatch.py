@@ -73,6 +73,7 @@ import dask
 from sortedcontainers import SortedDict
 
 from slimgraph import config, shim
+from slimgraph.model.messages import compute_task_msg
 from slimgraph.model.taskstate import NO_EXTRA
 
 #: where :func:`take_view` puts the scheduler's ``n_tasks``
@@ -446,7 +447,7 @@ def shadow(
                         msg = None
                         break
             if msg is None:
-                msg = shim.task_to_msg(sh, ts)
+                msg = compute_task_msg(sh, ts)
             if msg_at is not None:
                 msg_at[ni] = msg
             run.msgs[w].append(msg)

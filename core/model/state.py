@@ -21,6 +21,7 @@ from typing import Any
 
 from slimgraph import config
 from slimgraph.model.containers import NO_EDGES
+from slimgraph.model.messages import compute_task_msg
 from slimgraph.model.queue import TaskQueue
 from slimgraph.model.taskstate import SlimTaskState
 from slimgraph.runtime import gcpause
@@ -177,3 +178,8 @@ class SlimSchedulerState(TransitionHook):
             k.key if isinstance(k, SlimTaskState) else k for k in keys_or_tasks_or_stimuli
         }
         return scheduler_story(keys, self.transition_log)
+
+
+# compute-task messages built from the slim task's own fields
+# (slimgraph.model.messages; equal to distributed's)
+SlimSchedulerState.build_messages_with(compute_task_msg)

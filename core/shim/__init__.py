@@ -372,6 +372,23 @@ def task_to_msg(state: Any, ts: Any) -> dict:
     return SchedulerState._task_to_msg(state, ts)
 
 
+def scheduler_task_msg(state: Any, ts: Any) -> dict:
+    """The ``compute-task`` message ``state`` itself builds for ``ts`` (its
+    ``_task_to_msg``: the slim engine's own on a slim scheduler)."""
+    return state._task_to_msg(ts)
+
+
+def compute_task_fields() -> tuple:
+    """The fields of distributed's ``compute-task`` message, in the order
+    ``SchedulerState._task_to_msg`` writes them (read from its code: the
+    constant keys of its one dict display), or ``()`` if they cannot be read
+    that way."""
+    for const in SchedulerState._task_to_msg.__code__.co_consts:
+        if type(const) is tuple and const[:2] == ("op", "key"):
+            return const
+    return ()
+
+
 def next_run_id() -> int:
     """The next id of distributed's run-id counter (what ``_task_to_msg`` takes)."""
     return next(StockTaskState._run_id_iterator)
@@ -597,7 +614,8 @@ class TransitionHook(SchedulerState):
     ``self.on_transition(key, finish, stimulus_id, kwargs)``, which calls
     :meth:`stock_transition` (distributed's own) when it is ready. The slim
     state uses it to thaw and settle its compact containers around
-    distributed's transition code."""
+    distributed's transition code. A subclass may also build the
+    ``compute-task`` messages (:meth:`build_messages_with`)."""
 
     def _transition(self, key: Any, finish: str, stimulus_id: str, **kwargs: Any) -> tuple:
         return self.on_transition(key, finish, stimulus_id, kwargs)
@@ -607,6 +625,14 @@ class TransitionHook(SchedulerState):
 
     def stock_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
         return super()._transition(key, finish, stimulus_id, **kwargs)
+
+    @classmethod
+    def build_messages_with(cls, fn: Any) -> None:
+        """Every ``compute-task`` message of this class's schedulers is built
+        by ``fn(state, ts)`` (in place of distributed's ``_task_to_msg``; set
+        as the method itself, no call in between: it runs once per task
+        sent)."""
+        cls._task_to_msg = fn
 
 
 # ---------------------------------------------------------------------------
