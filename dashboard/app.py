@@ -38,7 +38,7 @@ from slimgraph.dashboard import clusters, summary
 from slimgraph.dashboard.jobs import Job, expected_seconds
 from slimgraph.dashboard.poller import Poller, poller as shared_poller
 from slimgraph.dashboard.summary import ENGINE_COLORS
-from slimgraph.views.figures import Views
+from slimgraph.views.figures import Views, lean
 from slimgraph.views.transforms import timing_row, tree_table
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class RssView:
         fig.xaxis.ticker.desired_num_ticks = 6
         fig.add_tools(HoverTool(tooltips=[("MiB", "@mb{0.0}")], mode="vline",
                                 renderers=fig.y_range.renderers))  # fmt: skip
-        self.figure = fig
+        self.figure = lean(fig)
 
 
 class BlocksView:
@@ -141,7 +141,7 @@ class BlocksView:
         legend.label_text_font_size = "8pt"
         fig.add_tools(HoverTool(renderers=[r], tooltips=[
             ("engine", "@kind"), ("block", "@seconds{0.000} s"), ("cause", "@cause"), ("what ran", "@label")]))
-        self.figure = fig
+        self.figure = lean(fig)
 
     def add(self, kind: str, blocks: list) -> None:
         from slimgraph.views.palette import CAUSE_COLORS
@@ -253,7 +253,7 @@ class App:
                                                button_type="default")  # fmt: skip
 
     def _build_figures(self) -> None:
-        self.views = Views(kinds=self.kinds, sizing_mode="stretch_width")
+        self.views = Views(kinds=self.kinds, sizing_mode="stretch_width", rss=False)
         self.rss = RssView(self.kinds)
         self.blocks = BlocksView(self.kinds, self.rss.figure.x_range)
         self._style_figures()
@@ -612,7 +612,7 @@ class App:
 
     def start(self) -> "App":
         self.tick()
-        cb = pn.state.add_periodic_callback(self.tick, period=REFRESH_MS)
+        cb = quiet_periodic_callback(self.tick, REFRESH_MS)
         self._cb = cb
         if not self.notebook:
             try:
@@ -627,6 +627,28 @@ class App:
         if cb is not None:
             cb.stop()
             self._cb = None
+
+
+def quiet_periodic_callback(callback: Any, period_ms: int) -> Any:
+    """A started Panel periodic callback that does not mark the server busy.
+
+    Why: Panel counts every periodic callback as a busy event, and a busy
+    change sets the template's spinner, one object shared by every session,
+    so each session's refresh pushed a change to every open page: with a few
+    pages open, 1.3 s of the Panel loop in 30 s went to spinner updates
+    (py-spy, six page loads). A refresh every half second is not work a user
+    waits for. Panel's ``PeriodicCallback`` takes ``background=True`` for
+    this; where it does not (an older Panel), this is the usual callback."""
+    from panel.io.callbacks import PeriodicCallback
+
+    try:
+        cb = PeriodicCallback(callback=callback, period=period_ms, background=True)
+    except (TypeError, ValueError):
+        cb = None
+    if cb is None or getattr(cb, "_background", False) is not True:
+        return pn.state.add_periodic_callback(callback, period=period_ms)
+    cb.start()  # (the caller stops it when the session ends)
+    return cb
 
 
 ICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "icon.svg")

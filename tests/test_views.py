@@ -88,6 +88,11 @@ def test_figures_use_the_palette():
     chart; the RSS lines and per-engine charts in engine colours; no other
     glyph takes a phase's colour."""
     views = Views(kinds=("stock", "slim"))
+    # the bars per task are made when first shown
+    assert not any((r.name or "").startswith("sg-pertask-") for k in views.kinds
+                   for r in _renderers(views.timing[k].figure))  # fmt: skip
+    views.set_bar_unit("us")
+    views.set_bar_unit("s")
     phase_colours = {c.upper() for c in palette.PHASE_COLORS.values()}
     seen_phases = {k: [] for k in views.kinds}
     for kind in views.kinds:

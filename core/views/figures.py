@@ -78,6 +78,47 @@ def _figure(sizing_mode: str | None, width: int, **kw: Any):
     return figure(**kw)
 
 
+def stacked_vbars(fig: Any, source: Any, fields: list, names: list, colors: list, hatches: list,
+                  visible: bool = True) -> list:
+    """What ``fig.vbar_stack(fields, x="x", width=0.8, ...)`` draws (one bar
+    layer per field, stacked in order, filled and outlined in its colour,
+    hatched), with fewer Bokeh models: no unselected/muted glyph copies (see
+    :func:`lean`) and one ``Stack`` per boundary, shared by the layer below
+    and the layer above it (``vbar_stack`` makes two per layer). The phase
+    charts draw 13 layers each; made by ``vbar_stack`` they were most of a
+    dashboard page's Bokeh models."""
+    from bokeh.models import GlyphRenderer, Stack, VBar
+
+    bounds = [Stack(fields=list(fields[:i])) for i in range(len(fields) + 1)]
+    out = []
+    for i, (name, color, hatch) in enumerate(zip(names, colors, hatches)):
+        glyph = VBar(x="x", width=0.8, bottom={"expr": bounds[i]}, top={"expr": bounds[i + 1]},
+                     fill_color=color, line_color=color, hatch_pattern=hatch, hatch_color="#333333",
+                     hatch_alpha=0.45, hatch_scale=8)  # fmt: skip
+        r = GlyphRenderer(data_source=source, glyph=glyph, name=name, visible=visible)
+        fig.renderers.append(r)
+        out.append(r)
+    return out
+
+
+def lean(fig: Any) -> Any:
+    """Drop the glyph copies Bokeh makes for each renderer's unselected and
+    muted look, leaving Bokeh's automatic ones: these figures have no
+    selection tool and hide (not mute) from their legends, so the copies are
+    never drawn, and they were a third of a dashboard page's models (each a
+    model to build, serialize and send per page load). Returns ``fig``."""
+    from bokeh.models import GlyphRenderer
+    from bokeh.models.glyph import Glyph
+
+    for r in fig.renderers:
+        if isinstance(r, GlyphRenderer):
+            if isinstance(r.nonselection_glyph, Glyph):
+                r.nonselection_glyph = "auto"
+            if isinstance(r.muted_glyph, Glyph):
+                r.muted_glyph = "auto"
+    return fig
+
+
 def _time_formatter():
     from bokeh.models import DatetimeTickFormatter
 
@@ -165,30 +206,24 @@ class TimingFigure:
                       y_axis_label="seconds", x_range=Range1d(0.5, 5.5),
                       y_range=y_range if y_range is not None else Range1d(0, 1))  # fmt: skip
         def stack(fields: list, prefix: str, visible: bool = True) -> list:
-            return fig.vbar_stack(
-                fields,
-                x="x",
-                width=0.8,
-                source=self.source,
-                color=[PHASE_COLORS[p] for p in STACK],
-                hatch_pattern=[PHASE_HATCHES[p] for p in STACK],
-                hatch_color="#333333",
-                hatch_alpha=0.45,
-                hatch_scale=8,
-                name=[f"{prefix}{p}-{kind}" for p in STACK],
-                visible=visible,
-            )
+            return stacked_vbars(fig, self.source, fields, [f"{prefix}{p}-{kind}" for p in STACK],
+                                 [PHASE_COLORS[p] for p in STACK], [PHASE_HATCHES[p] for p in STACK],
+                                 visible=visible)  # fmt: skip
 
         renderers = stack(list(STACK), "sg-phase-")
-        # the same bars in us per task (hidden until ``set_unit("us")``): a
-        # 1M-task bar of two minutes flattens every 10k bar in seconds
-        per_task = stack([f"{p}_us" for p in STACK], "sg-pertask-", visible=False)
-        self._renderers = {"s": renderers, "us": per_task}
+        lean(fig)
+        # the same bars in us per task, made when first asked for
+        # (``set_unit("us")``): a 1M-task bar of two minutes flattens every
+        # 10k bar in seconds. (Made up front they were half of a dashboard
+        # page's Bokeh models, and a page load's time is its models.)
+        self._stack = stack
+        self._renderers = {"s": renderers}
         self.unit = "s"
-        for p, r, r_us in zip(STACK, renderers, per_task):
-            fig.add_tools(
+        self._hovers = []
+        for p, r in zip(STACK, renderers):
+            self._hovers.append(
                 HoverTool(
-                    renderers=[r, r_us],
+                    renderers=[r],
                     tooltips=[
                         ("submission", "#@submission_id"),
                         ("phase", p),
@@ -199,11 +234,16 @@ class TimingFigure:
                     ],
                 )
             )
+        fig.add_tools(*self._hovers)
         legend = Legend(
             items=[LegendItem(label=p, renderers=[r]) for p, r in zip(STACK, renderers)],
             label_text_font_size="8pt",
             spacing=0,
             padding=2,
+            # 13 rows of Bokeh's default 20 px ran past the plot's bottom
+            label_height=14,
+            glyph_height=12,
+            glyph_width=16,
             click_policy="hide",
         )
         fig.add_layout(legend, "right")
@@ -212,7 +252,7 @@ class TimingFigure:
         fig.xaxis.ticker = FixedTicker(ticks=[])  # one tick per bar (as bars arrive)
         fig.xgrid.grid_line_color = None
         self.empty = _waiting_label(fig, "no update_graph recorded yet")
-        self.figure = fig
+        self.figure = lean(fig)
 
     def append(self, rows: list[dict], rollover: int) -> None:
         """Stream :func:`~.transforms.timing_row` rows (a document callback)."""
@@ -228,8 +268,14 @@ class TimingFigure:
     def set_unit(self, unit: str) -> None:
         """Show the bars in seconds (``"s"``) or in microseconds per task
         (``"us"``); the charts sharing the y range follow."""
-        if unit not in self._renderers:
+        if unit not in ("s", "us"):
             raise ValueError(f"unit must be 's' or 'us', not {unit!r}")
+        if unit not in self._renderers:
+            per_task = self._stack([f"{p}_us" for p in STACK], "sg-pertask-", visible=False)
+            lean(self.figure)
+            for hover, r in zip(self._hovers, per_task):
+                hover.renderers = [*hover.renderers, r]
+            self._renderers[unit] = per_task
         if unit != self.unit:
             # the legend drives the shown set, and a phase hidden from it
             # (a click) stays hidden in the other unit
@@ -320,7 +366,7 @@ class MemoryIcicle:
         fig.xaxis.ticker.desired_num_ticks = 5
         fig.grid.visible = False
         self.empty = _waiting_label(fig, "walking the scheduler's memory...")
-        self.figure = fig
+        self.figure = lean(fig)
 
     def show(self, data: dict, ntasks: int | None = None, sample: int | None = None) -> None:
         """Draw :func:`~.transforms.icicle` columns; the title says how many
@@ -396,7 +442,7 @@ class LazySeriesFigure:
         )
         _time_axis(fig)
         self.empty = _waiting_label(fig, "no census yet")
-        self.figure = fig
+        self.figure = lean(fig)
 
     def append(self, point: dict, rollover: int = 2000) -> None:
         self.extend([point], rollover)
@@ -474,7 +520,7 @@ class LazyAttrsFigure:
         fig.xaxis.ticker.desired_num_ticks = 5
         fig.ygrid.grid_line_color = None
         self.empty = _waiting_label(fig, "no census yet")
-        self.figure = fig
+        self.figure = lean(fig)
 
     def show(self, attrs: dict) -> None:
         factors = list(attrs["attribute"])
@@ -514,7 +560,7 @@ class RssFigure:
         fig.add_tools(HoverTool(renderers=lines, mode="vline",
                                 tooltips=[(k, f"@{k}_mb{{0.0}} MiB") for k in self.kinds]))  # fmt: skip
         fig.add_tools(HoverTool(renderers=[dots], tooltips=[("", "@what"), ("RSS", "@mb{0.0} MiB")]))
-        self.figure = fig
+        self.figure = lean(fig)
 
     def mark(self, rows: list[dict], rollover: int = 1000) -> None:
         """Stream :func:`~.transforms.rss_marks` rows (a document callback)."""
@@ -542,7 +588,9 @@ class Views:
     kinds share one y axis, so their bars compare by height.
     """
 
-    def __init__(self, kinds=KINDS, width: int = 560, sizing_mode: str | None = None):
+    def __init__(self, kinds=KINDS, width: int = 560, sizing_mode: str | None = None, rss: bool = True):
+        """``rss=False``: no :class:`RssFigure` (an owner that draws RSS
+        its own way, as the app does per engine process)."""
         from bokeh.models import Div
 
         self.kinds = tuple(kinds)
@@ -565,7 +613,7 @@ class Views:
         peers.extend(self.memory.values())
         self.lazy = {k: LazySeriesFigure(k, **fig) for k in self.kinds}
         self.lazy_attrs = {k: LazyAttrsFigure(k, **fig) for k in self.kinds}
-        self.rss = RssFigure(self.kinds, **fig)
+        self.rss = RssFigure(self.kinds, **fig) if rss else None
         #: Per kind: what could not be measured (a refresher writes it).
         div = {"sizing_mode": "stretch_width"} if sizing_mode else {}
         self.notes = {k: Div(text="", name=f"sg-note-{k}", styles={"color": MUTED}, **div)
