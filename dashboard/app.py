@@ -294,15 +294,12 @@ class App:
         if self.notebook:
             self.cards += self._plot_cards()
         else:
-            # built once the page is up (the launcher answers at once), one
-            # card at a time (see _load_plots)
-            self.plot_slot = pn.Column(
-                pn.pane.HTML("<div class='sg-drawing'><i>drawing the charts...</i></div>",
-                             sizing_mode="stretch_width"),
-                sizing_mode="stretch_width",
-            )  # fmt: skip
-            self.cards.append(self.plot_slot)
-            pn.state.onload(self._load_plots)
+            # built once the page is up: the launcher answers at once
+            def plots():
+                return self._plot_cards_column()
+
+            self.cards.append(pn.panel(plots, defer_load=True,
+                                       loading_indicator=True, sizing_mode="stretch_width"))  # fmt: skip
         self.main = pn.Column(self.engine_banner(), *self.cards, sizing_mode="stretch_width")
         if self.notebook:
             return pn.Row(pn.Column(pn.pane.HTML("<h3>Workload launcher</h3>"), self.launcher, width=300),
@@ -351,51 +348,8 @@ class App:
         self._render_plots()
         return cards
 
-    #: the chart cards are being put into the page (no chart refresh meanwhile)
-    _placing = False
-
-    def _load_plots(self) -> None:
-        """Put the chart cards into the page, one per turn of the event loop.
-
-        Why: the figures are most of a page's Bokeh models, and a page's
-        models are built, serialized and sent on the one Panel event loop
-        that every open page's refresh also runs on. Sent at once they held
-        that loop for about a second per page load (more while a scheduler
-        ingests on the same 2 cores), and every other page's charts stood
-        still meanwhile (``bench --mode dashboard``: refresh gaps over 2 s,
-        each during a page load in another tab). One card per turn lets the
-        other pages' refreshes run in between.
-
-        Each card goes out held (through Bokeh's own ordered writes), and
-        this page's charts are not refreshed until the last card is in:
-        otherwise a refresh's change to a chart could reach the browser
-        before the card that defines it ("reference ... isn't known")."""
-        from panel.io.state import set_curdoc
-
-        cards = self._plot_cards()  # (drawn with what is known now: no page yet)
-        self._placing = True
-        doc = pn.state.curdoc
-        served = doc is not None and doc.session_context is not None
-
-        def put(i: int) -> None:
-            try:
-                with set_curdoc(doc), pn.io.hold(doc):
-                    if i == 0:
-                        self.plot_slot.objects = [cards[0]]
-                    else:
-                        self.plot_slot.append(cards[i])
-            except Exception:  # noqa: BLE001 (a page closed meanwhile)
-                self._placing = False
-                logger.debug("placing chart card %d", i, exc_info=True)
-                return
-            if i + 1 == len(cards):
-                self._placing = False
-            elif served:
-                doc.add_next_tick_callback(lambda: put(i + 1))
-            else:
-                put(i + 1)
-
-        put(0)
+    def _plot_cards_column(self):
+        return pn.Column(*self._plot_cards(), sizing_mode="stretch_width")
 
     def engine_banner(self):
         self.banner = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["sg-banner"])
@@ -545,7 +499,7 @@ class App:
             self.history.value = df.astype(object).where(df.notna(), "-")
 
     def _render_plots(self) -> None:
-        if self.views is None or self._placing:
+        if self.views is None:
             return
         labels = dict(self.poll.book.labels)
         trees = {}
