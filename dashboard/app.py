@@ -92,12 +92,16 @@ class RssView:
 
         self.sources = {k: ColumnDataSource({"time": [], "mb": []}, name=f"sg-rss-{k}") for k in kinds}
         self.shade = ColumnDataSource({"left": [], "right": [], "kind": [], "color": []}, name="sg-ingestions")
+        #: ingestions still running (from their start to the latest answer),
+        #: replaced on every refresh; a finished one moves to ``shade``
+        self.live = ColumnDataSource({"left": [], "right": [], "kind": [], "color": []}, name="sg-ingestions-live")
         fig = figure(title=Title(text="RSS of each scheduler process (shaded: update_graph running)"),
                      x_axis_type="datetime", y_axis_label="MiB", height=240, sizing_mode="stretch_width",
                      y_range=DataRange1d(start=0), tools="xpan,xwheel_zoom,reset,save",
                      toolbar_location="right")  # fmt: skip
-        fig.quad(left="left", right="right", bottom=0, top=1e9, source=self.shade,
-                 fill_color="color", fill_alpha=0.12, line_alpha=0)  # fmt: skip
+        for src in (self.shade, self.live):
+            fig.quad(left="left", right="right", bottom=0, top=1e9, source=src,
+                     fill_color="color", fill_alpha=0.12, line_alpha=0)  # fmt: skip
         for k in kinds:
             fig.line("time", "mb", source=self.sources[k], color=ENGINE_COLORS.get(k, "black"),
                      line_width=2, legend_label=f"{k} scheduler")  # fmt: skip
@@ -503,6 +507,7 @@ class App:
             return
         labels = dict(self.poll.book.labels)
         trees = {}
+        self._render_live_shade()
         for k in self.kinds:
             snap = self.poll.engines.get(k)
             if snap is None:
@@ -563,10 +568,34 @@ class App:
                 from slimgraph.instrument.memory import fmt_bytes
 
                 how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"
+                # (a kept tree says so on a second line: one line was cut at
+                # the figure's width in a 1,000 px window)
+                when = "\n" + when.lstrip(", ") if when else ""
                 self.views.memory[k].figure.title.text = f"scheduler memory: {k}, {fmt_bytes(total)} ({how}){when}"
         if labels:  # jobs name the bars
             for k in self.kinds:
                 self.views.timing[k].relabel({int(s): lab for s, lab in labels.items()})
+
+    def _render_live_shade(self) -> None:
+        """Shade each update_graph still running on the RSS chart, from its
+        start to now, so that the RSS a big ingestion builds is marked while
+        it builds it (a finished one is shaded from its record)."""
+        now_ms = time.time() * 1000
+        rows: dict[str, list] = {"left": [], "right": [], "kind": [], "color": []}
+        for k in self.kinds:
+            snap = self.poll.engines.get(k)
+            running = (snap.status or {}).get("running") if snap is not None else None
+            if not running or snap.answered_at is None:
+                continue
+            # (elapsed as of the engine's last answer)
+            since = time.monotonic() - snap.answered_at
+            for r in running:
+                rows["left"].append(now_ms - (r.get("elapsed_s", 0.0) + since) * 1000)
+                rows["right"].append(now_ms)
+                rows["kind"].append(k)
+                rows["color"].append(ENGINE_COLORS.get(k, "grey"))
+        if rows["left"] or self.rss.live.data["left"]:
+            self.rss.live.data = rows
 
     def _kept_trees(self, live: dict) -> dict:
         """Where an engine holds no tasks now (its graph released or

@@ -519,6 +519,11 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
     page.get_by_role("checkbox", name=re.compile("ingest only")).check()
     page.get_by_role("button", name="Submit").click()
     page.get_by_text(re.compile(r"ingesting job \d+: update_graph running")).first.wait_for(timeout=120_000)
+    # the running ingestion is shaded on the RSS chart while it runs (from
+    # the scheduler's status, as soon as its loop answers during it)
+    page.wait_for_function(f"""() => {{ const s = ({SOURCE_JS})('sg-ingestions-live');
+        return s && s.kind.length === 1 && s.kind[0] === 'stock' && s.right[0] > s.left[0]; }}""",
+                           timeout=120_000)  # fmt: skip
     answers, loads = [], []
     presets = [p for p in ("1k", "10k") for _ in range(2)]
     for p in presets:
@@ -533,6 +538,8 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
         other.close()
     shot(page, "launch-while-stock-ingests")
     page.get_by_text(re.compile(r"job \d+ .*: done")).first.wait_for(timeout=600_000)
+    page.wait_for_function(f"() => ({SOURCE_JS})('sg-ingestions-live').left.length === 0", timeout=30_000)
+    assert "stock" in source(page, "sg-ingestions")["kind"]  # ... and from its record once done
     rss = source(page, "sg-rss-stock")["time"]
     gaps = [(b - a) / 1000 for a, b in zip(rss, rss[1:])]
     print(f"\nwidget answers (s): {[round(a, 2) for a in answers]}; page loads (s): "

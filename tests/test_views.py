@@ -372,3 +372,26 @@ def test_memory_trees_as_one_table():
     assert t["stock - slim B/task"] == [500.0, 400.0, 300.0, -50.0]
     only = transforms.tree_table({"slim": sl}, kinds=("slim",))
     assert only["part"] == ["run_spec", "keys"] and "stock - slim B/task" not in only
+
+
+def test_many_job_labels_turn_upright_and_thin_out():
+    """A few bars: two-line labels; more than ``CROWDED``: one line, upright,
+    every bar; far more: every n-th bar, the latest always labelled."""
+    import math
+
+    from slimgraph.views.figures import TimingFigure
+
+    fig = TimingFigure("stock")
+    few = {x: f"job {x}\narray 10k" for x in range(1, 4)}
+    fig.relabel(few)
+    axis = fig.figure.xaxis[0]
+    assert axis.major_label_orientation == "horizontal" and axis.ticker.ticks == [1, 2, 3]
+    assert axis.major_label_overrides == few
+    many = {x: f"job {x}\narray 10k" for x in range(1, 21)}
+    fig.relabel(many)
+    assert axis.major_label_orientation == math.pi / 2 and axis.ticker.ticks == list(range(1, 21))
+    assert axis.major_label_overrides[20] == "job 20"
+    lots = {x: f"job {x}\narray 10k" for x in range(1, 101)}
+    fig.relabel(lots)
+    ticks = axis.ticker.ticks
+    assert ticks[-1] == 100 and len(ticks) < 50 and set(ticks) <= set(lots)

@@ -304,11 +304,26 @@ class TimingFigure:
             self.labels = dict(labels)
             self._label_ticks()
 
+    #: above this many labelled bars, labels are one line, turned upright
+    #: (two-line labels of ~20 jobs ran into each other); above four times
+    #: as many, every n-th bar is labelled, the latest always
+    CROWDED = 10
+
     def _label_ticks(self) -> None:
+        import math
+
         axis = self.figure.xaxis
         if self.labels:
-            axis.ticker.ticks = sorted(self.labels)
-            axis.major_label_overrides = dict(self.labels)
+            xs = sorted(self.labels)
+            if len(xs) <= self.CROWDED:
+                axis.major_label_orientation = "horizontal"
+                axis.ticker.ticks = xs
+                axis.major_label_overrides = dict(self.labels)
+                return
+            every = 1 + len(xs) // (4 * self.CROWDED)
+            axis.major_label_orientation = math.pi / 2
+            axis.ticker.ticks = xs[::-1][::every][::-1]
+            axis.major_label_overrides = {x: lab.split("\n")[0] for x, lab in self.labels.items()}
             return
         data = self.source.data
         every = 1 + len(data["x"]) // 16  # at most ~16 labelled bars
