@@ -46,16 +46,24 @@ _ids = itertools.count(1)
 
 DONE_STATES = ("memory", "released", "forgotten", "erred")
 
-#: (engine, workload) -> update_graph seconds per task of the jobs done in
-#: this process: what a running update_graph's expected length is told from
-_rates: dict[tuple[str, str], list[float]] = {}
+#: (engine, workload) -> (tasks, update_graph seconds per task) of the jobs
+#: done in this process without a memray capture (which slows update_graph
+#: several times): what a running update_graph's expected length is told from
+_rates: dict[tuple[str, str], list[tuple[int, float]]] = {}
+
+#: earlier jobs count for an estimate when they are within this factor of
+#: its size: a small job's per-task time is mostly fixed costs (a 1.5k-task
+#: job's told a 120k-task one to expect 206 s; it took 12 s)
+SIZE_FACTOR = 10
 
 
 def expected_seconds(kind: str, workload: str, tasks: int) -> tuple[float, int] | None:
     """(seconds, from how many earlier jobs) an update_graph of ``tasks``
     tasks of ``workload`` is expected to take on ``kind``: the median per-task
-    time of the earlier ones, times ``tasks``; None without any."""
-    rates = sorted(_rates.get((kind, workload), ()))
+    time of the earlier ones of about its size (within :data:`SIZE_FACTOR`),
+    times ``tasks``; None without any."""
+    rates = sorted(r for n, r in _rates.get((kind, workload), ())
+                   if n * SIZE_FACTOR >= tasks and n <= tasks * SIZE_FACTOR)  # fmt: skip
     if not rates:
         return None
     return rates[len(rates) // 2] * tasks, len(rates)
@@ -248,8 +256,8 @@ class Job:
         rec = self._wait_record(kind)
         if rec is not None:
             res.update(record=rec.submission_id, tasks=rec.tasks, update_graph_s=rec.total_s)
-            if rec.status == "OK" and rec.tasks:
-                _rates.setdefault((kind, self.workload), []).append(rec.total_s / rec.tasks)
+            if rec.status == "OK" and rec.tasks and not self.memray:
+                _rates.setdefault((kind, self.workload), []).append((rec.tasks, rec.total_s / rec.tasks))
             self._say(kind, "measuring", "measuring the scheduler's state after the ingestion")
             self._measure_state(feed, res, kind)
         if self.ingest_only:

@@ -203,9 +203,13 @@ def test_a_running_update_graph_is_told_with_its_phase_and_expected_length(monke
 
     monkeypatch.setattr(jobs, "_rates", {})
     assert jobs.expected_seconds("stock", "array", 1000) is None
-    jobs._rates[("stock", "array")] = [2e-3, 1e-3, 9e-3]  # s per task
+    jobs._rates[("stock", "array")] = [(1000, 2e-3), (2000, 1e-3), (500, 9e-3)]  # (tasks, s per task)
     assert jobs.expected_seconds("stock", "array", 1000) == (2.0, 3)  # the median
     assert jobs.expected_seconds("slim", "array", 1000) is None  # per engine
+    # only jobs of about its size: a small job's per-task time is mostly fixed costs
+    assert jobs.expected_seconds("stock", "array", 100_000) is None
+    jobs._rates[("stock", "array")].append((50_000, 1e-4))
+    assert jobs.expected_seconds("stock", "array", 100_000) == (10.0, 1)
     status = {"running": [{"submission_id": 4, "elapsed_s": 3.0, "phase": "transitions", "tasks": 10}]}
     line = jobs.running_line(12.34, status, (105.2, 1))
     assert line == "update_graph running, 12.3 s, phase transitions; expected about 105 s (from 1 earlier job)"
