@@ -395,3 +395,25 @@ def test_private_names_only_in_the_shim():
             elif isinstance(node, ast.Constant) and node.value in wrapped:
                 found.append((str(rel), node.lineno, node.value))
     assert found == []
+
+
+def test_messages_hook_and_fields():
+    """``TransitionHook.build_messages_with`` makes a function the class's
+    ``_task_to_msg`` (distributed's code calls it for every task it sends),
+    ``scheduler_task_msg`` reaches it, and ``compute_task_fields`` reads the
+    message's fields from distributed's own method."""
+    fields = shim.compute_task_fields()
+    assert fields[:2] == ("op", "key") and "run_spec" in fields and "priority" in fields
+    seen = []
+
+    class Hooked(shim.TransitionHook):
+        pass
+
+    def build(state, ts):
+        seen.append(ts)
+        return {"op": "compute-task", "key": ts}
+
+    Hooked.build_messages_with(build)
+    state = Hooked.__new__(Hooked)
+    assert shim.scheduler_task_msg(state, "x") == {"op": "compute-task", "key": "x"} and seen == ["x"]
+    assert shim.TransitionHook._task_to_msg is shim.SchedulerState._task_to_msg  # (the base class untouched)
