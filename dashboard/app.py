@@ -328,6 +328,9 @@ class App:
         self.memory_table = pn.widgets.Tabulator(
             pd.DataFrame(), disabled=True, show_index=False, sizing_mode="stretch_width", height=260,
             name="memory per task", text_align={c: "right" for c in ("stock B/task", "slim B/task", "stock - slim B/task")},
+            # (an empty scheduler is left out: say why the table is empty)
+            configuration={"placeholder": "no tasks held yet on either engine (a job's tree is kept at the end "
+                                          "of its ingestion)"},
         )  # fmt: skip
         # seconds, or us per task: a 1M-task bar of minutes flattens every
         # small job's bar in seconds
