@@ -298,15 +298,12 @@ class App:
         if self.notebook:
             self.cards += self._plot_cards()
         else:
-            # built once the page is up (the launcher answers at once), off
-            # the event loop (see _load_plots)
-            self.plot_slot = pn.Column(
-                pn.pane.HTML("<div class='sg-drawing'><i>drawing the charts...</i></div>",
-                             sizing_mode="stretch_width"),
-                sizing_mode="stretch_width",
-            )  # fmt: skip
-            self.cards.append(self.plot_slot)
-            pn.state.onload(self._load_plots)
+            # built once the page is up: the launcher answers at once
+            def plots():
+                return self._plot_cards_column()
+
+            self.cards.append(pn.panel(plots, defer_load=True,
+                                       loading_indicator=True, sizing_mode="stretch_width"))  # fmt: skip
         self.main = pn.Column(self.engine_banner(), *self.cards, sizing_mode="stretch_width")
         if self.notebook:
             return pn.Row(pn.Column(pn.pane.HTML("<h3>Workload launcher</h3>"), self.launcher, width=300),
@@ -318,7 +315,7 @@ class App:
         tmpl.main.append(self.main)
         return tmpl
 
-    def _plot_cards(self, render: bool = True) -> list:
+    def _plot_cards(self) -> list:
         from bokeh.layouts import row
 
         self._build_figures()
@@ -355,58 +352,8 @@ class App:
                     brow([self.views.lazy_attrs[k].figure for k in self.kinds]),
                     title="Lazy containers", sizing_mode="stretch_width"),  # fmt: skip
         ]
-        if render:
-            self._render_plots()
+        self._render_plots()
         return cards
-
-    #: the charts are being built in a thread (no refresh of them meanwhile)
-    _building = False
-
-    def _load_plots(self) -> None:
-        """Build the chart cards in a thread, then put them into the page in
-        one change on the event loop.
-
-        Why: the figures are most of a page's Bokeh models, and the Panel
-        event loop that builds a page also runs every open page's refresh.
-        Built there, a new page's charts held it for about a second (more
-        while a scheduler ingests on the same 2 cores) and every other
-        page's charts stood still meanwhile (``bench --mode dashboard``:
-        refresh gaps over 2 s, each during a page load in another tab).
-        Building Bokeh models touches no document, so a thread can do it;
-        the loop keeps the GIL's turns and only serializes the finished cards.
-        They go into the page in one change, one message: sent in several,
-        a refresh's message could reach the browser before the card that
-        defines its models (tried: "reference ... isn't known")."""
-        import threading
-
-        from panel.io.state import set_curdoc
-
-        doc = pn.state.curdoc
-        if doc is None or doc.session_context is None:
-            self.plot_slot.objects = [self._plot_cards_column()]
-            return
-        self._building = True
-
-        def attach(cards: list | None) -> None:
-            self._building = False
-            if cards is None:
-                return
-            with set_curdoc(doc):
-                self._render_plots()  # (the cards are not in the page yet: no message)
-                self.plot_slot.objects = [pn.Column(*cards, sizing_mode="stretch_width")]
-
-        def build() -> None:
-            cards = None
-            try:
-                cards = self._plot_cards(render=False)
-            except Exception:  # noqa: BLE001
-                logger.exception("building the dashboard's charts")
-            try:
-                doc.add_next_tick_callback(lambda: attach(cards))
-            except Exception:  # noqa: BLE001 (the page closed meanwhile)
-                logger.debug("page gone before its charts", exc_info=True)
-
-        threading.Thread(target=build, name="slimgraph-page-charts", daemon=True).start()
 
     def _plot_cards_column(self):
         return pn.Column(*self._plot_cards(), sizing_mode="stretch_width")
@@ -559,7 +506,7 @@ class App:
             self.history.value = df.astype(object).where(df.notna(), "-")
 
     def _render_plots(self) -> None:
-        if self.views is None or self._building:
+        if self.views is None:
             return
         labels = dict(self.poll.book.labels)
         trees = {}
