@@ -211,7 +211,6 @@ class TimingFigure:
                                  visible=visible)  # fmt: skip
 
         renderers = stack(list(STACK), "sg-phase-")
-        lean(fig)
         # the same bars in us per task, made when first asked for
         # (``set_unit("us")``): a 1M-task bar of two minutes flattens every
         # 10k bar in seconds. (Made up front they were half of a dashboard
@@ -272,7 +271,6 @@ class TimingFigure:
             raise ValueError(f"unit must be 's' or 'us', not {unit!r}")
         if unit not in self._renderers:
             per_task = self._stack([f"{p}_us" for p in STACK], "sg-pertask-", visible=False)
-            lean(self.figure)
             for hover, r in zip(self._hovers, per_task):
                 hover.renderers = [*hover.renderers, r]
             self._renderers[unit] = per_task
