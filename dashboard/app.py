@@ -22,7 +22,7 @@ import logging
 import os
 import tempfile
 import time
-from typing import Any, Iterator
+from typing import Any
 
 # Import what the job threads will import, here, on the main thread: a module
 # being imported by another thread is seen half-built by bokeh.
@@ -37,7 +37,6 @@ from slimgraph import workloads
 from slimgraph.dashboard import clusters, summary
 from slimgraph.dashboard.jobs import Job, expected_seconds
 from slimgraph.dashboard.poller import Poller, poller as shared_poller
-from slimgraph.dashboard.shelf import Shelf, run_to_end
 from slimgraph.dashboard.summary import ENGINE_COLORS
 from slimgraph.views.figures import Views, lean
 from slimgraph.views.transforms import timing_row, tree_table
@@ -169,39 +168,6 @@ def _time_formatter():
                                  hourmin="%H:%M", hours="%H:%M")  # fmt: skip
 
 
-def chart_kit(kinds: tuple[str, ...]) -> Iterator[None]:
-    """A page's figures, a figure per step (see :mod:`slimgraph.dashboard.shelf`);
-    returns ``(views, rss, blocks)``."""
-    from bokeh.models import FixedTicker
-
-    views, steps = Views.in_steps(kinds=kinds, sizing_mode="stretch_width", rss=False)
-    yield from steps
-    rss = RssView(kinds)
-    yield
-    blocks = BlocksView(kinds, rss.figure.x_range)
-    for k in kinds:
-        fig = views.timing[k].figure
-        fig.xaxis.axis_label = "job"
-        fig.xaxis.ticker = FixedTicker(ticks=[])
-        fig.xaxis.major_label_text_font_size = "8pt"
-        fig.height = 280
-        fig.title.text = f"{k}: update_graph phases per job (s)"
-        fig.toolbar_location = "right"
-        mem = views.memory[k].figure
-        mem.toolbar_location = "right"
-        mem.title.text = f"scheduler memory by object: {k} (waiting for the scheduler...)"
-        for fig in (views.lazy[k].figure, views.lazy_attrs[k].figure):
-            fig.toolbar_location = "right"
-            fig.height = 220
-        views.lazy[k].figure.xaxis.ticker.desired_num_ticks = 5
-        views.lazy[k].figure.y_range.start = 0
-    return views, rss, blocks
-
-
-#: the next page's charts, built ahead on the server's loop
-SHELF = Shelf(chart_kit)
-
-
 class App:
     def __init__(self, notebook: bool = False, manager: clusters.ClusterManager | None = None,
                  start_clusters: bool = True, poller: Poller | None = None):  # fmt: skip
@@ -291,17 +257,30 @@ class App:
                                                button_type="default")  # fmt: skip
 
     def _build_figures(self) -> None:
-        # under a server: a kit built ahead (slimgraph.dashboard.shelf), and
-        # the next one started; a notebook cell builds its own
-        doc = pn.state.curdoc
-        served = not self.notebook and doc is not None and doc.session_context is not None
-        kit = SHELF.take(self.kinds) if served else None
-        if kit is None:
-            kit = run_to_end(chart_kit(self.kinds))
-        self.views, self.rss, self.blocks = kit
-        self.views.restart_clocks()
-        if served:
-            SHELF.stock(self.kinds)
+        self.views = Views(kinds=self.kinds, sizing_mode="stretch_width", rss=False)
+        self.rss = RssView(self.kinds)
+        self.blocks = BlocksView(self.kinds, self.rss.figure.x_range)
+        self._style_figures()
+
+    def _style_figures(self) -> None:
+        from bokeh.models import FixedTicker
+
+        for k in self.kinds:
+            fig = self.views.timing[k].figure
+            fig.xaxis.axis_label = "job"
+            fig.xaxis.ticker = FixedTicker(ticks=[])
+            fig.xaxis.major_label_text_font_size = "8pt"
+            fig.height = 280
+            fig.title.text = f"{k}: update_graph phases per job (s)"
+            fig.toolbar_location = "right"
+            mem = self.views.memory[k].figure
+            mem.toolbar_location = "right"
+            mem.title.text = f"scheduler memory by object: {k} (waiting for the scheduler...)"
+            for fig in (self.views.lazy[k].figure, self.views.lazy_attrs[k].figure):
+                fig.toolbar_location = "right"
+                fig.height = 220
+            self.views.lazy[k].figure.xaxis.ticker.desired_num_ticks = 5
+            self.views.lazy[k].figure.y_range.start = 0
 
     def _layout(self):
         self.launcher = pn.Column(

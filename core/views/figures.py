@@ -21,8 +21,7 @@ scheduler tab's module is imported by a preload.
 """
 from __future__ import annotations
 
-import time
-from typing import Any, Iterator
+from typing import Any
 
 from slimgraph.views.palette import (
     EAGER_COLOR,
@@ -141,6 +140,8 @@ def _empty_ranges(time_x: bool = False, y_span: float = 1.0) -> dict:
     """Explicit ranges that are finite before any data (no "could not set
     initial ranges", no -1..1 axes): y from 0; a time x axis spans the last
     minute until data arrives (:func:`_follow_time`)."""
+    import time
+
     from bokeh.models import DataRange1d, Range1d
 
     out = {"y_range": DataRange1d(start=0, default_span=y_span, range_padding=0.08)}
@@ -162,14 +163,6 @@ def _follow_time(fig, *sources) -> None:
     start, end = t1 - span - span * 0.02, t1 + span * 0.02
     if (fig.x_range.start, fig.x_range.end) != (start, end):
         fig.x_range.start, fig.x_range.end = start, end
-
-
-def _restart_clock(fig, source) -> None:
-    """A time chart with no data yet spans the last minute from now (as
-    :func:`_empty_ranges` made it), not from when it was built."""
-    if not source.data["time"]:
-        now = time.time() * 1000
-        fig.x_range.start, fig.x_range.end = now - 60_000, now
 
 
 def _inner_width(fig) -> int | None:
@@ -467,9 +460,6 @@ class LazySeriesFigure:
     def append(self, point: dict, rollover: int = 2000) -> None:
         self.extend([point], rollover)
 
-    def restart_clock(self) -> None:
-        _restart_clock(self.figure, self.source)
-
     def extend(self, points: list[dict], rollover: int = 2000) -> None:
         """Stream census points (a document callback)."""
         if points:
@@ -585,10 +575,6 @@ class RssFigure:
         fig.add_tools(HoverTool(renderers=[dots], tooltips=[("", "@what"), ("RSS", "@mb{0.0} MiB")]))
         self.figure = lean(fig)
 
-    def restart_clock(self) -> None:
-        if not self.marks.data["time"]:
-            _restart_clock(self.figure, self.source)
-
     def mark(self, rows: list[dict], rollover: int = 1000) -> None:
         """Stream :func:`~.transforms.rss_marks` rows (a document callback)."""
         if rows:
@@ -618,20 +604,7 @@ class Views:
     def __init__(self, kinds=KINDS, width: int = 560, sizing_mode: str | None = None, rss: bool = True):
         """``rss=False``: no :class:`RssFigure` (an owner that draws RSS
         its own way, as the app does per engine process)."""
-        for _ in self._steps(kinds, width, sizing_mode, rss):
-            pass
-
-    @classmethod
-    def in_steps(cls, kinds=KINDS, width: int = 560, sizing_mode: str | None = None,
-                 rss: bool = True) -> tuple["Views", Iterator[None]]:  # fmt: skip
-        """The views, and an iterator that builds them one figure per step
-        (the views are complete once it is exhausted): a caller on an event
-        loop can build them across turns (``slimgraph.dashboard.shelf``)."""
-        views = cls.__new__(cls)
-        return views, views._steps(kinds, width, sizing_mode, rss)
-
-    def _steps(self, kinds, width: int, sizing_mode: str | None, rss: bool) -> Iterator[None]:
-        from bokeh.models import Div, Range1d
+        from bokeh.models import Div
 
         self.kinds = tuple(kinds)
         self.width = width
@@ -643,37 +616,22 @@ class Views:
         for kind in self.kinds:
             self.timing[kind] = TimingFigure(kind, y_range=shared_y, peers=bars, **fig)
             shared_y = self.timing[kind].figure.y_range
-            yield
         bars.extend(self.timing.values())
+        from bokeh.models import Range1d
+
         icicle_x = Range1d(0, 2**20)  # one byte scale for every kind's tree
         peers: list[MemoryIcicle] = []
-        self.memory = {}
-        for k in self.kinds:
-            self.memory[k] = MemoryIcicle(k, x_range=icicle_x, peers=peers, **fig)
-            yield
+        self.memory = {k: MemoryIcicle(k, x_range=icicle_x, peers=peers, **fig)
+                       for k in self.kinds}  # fmt: skip
         peers.extend(self.memory.values())
-        self.lazy = {}
-        for k in self.kinds:
-            self.lazy[k] = LazySeriesFigure(k, **fig)
-            yield
-        self.lazy_attrs = {}
-        for k in self.kinds:
-            self.lazy_attrs[k] = LazyAttrsFigure(k, **fig)
-            yield
+        self.lazy = {k: LazySeriesFigure(k, **fig) for k in self.kinds}
+        self.lazy_attrs = {k: LazyAttrsFigure(k, **fig) for k in self.kinds}
         self.rss = RssFigure(self.kinds, **fig) if rss else None
         #: Per kind: what could not be measured (a refresher writes it).
         div = {"sizing_mode": "stretch_width"} if sizing_mode else {}
         self.notes = {k: Div(text="", name=f"sg-note-{k}", styles={"color": MUTED}, **div)
                       for k in self.kinds}  # fmt: skip
         self.status = Div(text="", name="sg-status")
-
-    def restart_clocks(self) -> None:
-        """Time charts without data span the last minute from now again
-        (views built a while before they are shown)."""
-        for f in self.lazy.values():
-            f.restart_clock()
-        if self.rss is not None:
-            self.rss.restart_clock()
 
     def set_bar_unit(self, unit: str) -> None:
         """Every phase chart in seconds (``"s"``) or us per task (``"us"``),
