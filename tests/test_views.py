@@ -98,6 +98,9 @@ def test_figures_use_the_palette():
     for kind in views.kinds:
         for r in _renderers(views.timing[kind].figure):  # (in seconds, then per task)
             name = r.name or ""
+            if r is views.timing[kind]._swatch:  # the legend's, before the first bar
+                assert r.glyph.fill_color == "color" or r.glyph.fill_color.get("field") == "color"
+                continue
             prefix = next(p for p in ("sg-phase-", "sg-pertask-") if name.startswith(p))
             phase = name[len(prefix): -len(kind) - 1]
             assert r.glyph.fill_color.upper() == palette.PHASE_COLORS[phase].upper()
@@ -357,6 +360,42 @@ def test_timing_bars_in_seconds_or_us_per_task():
     assert fig.y_range.end == pytest.approx(100.0 * 1.08) and fig.yaxis[0].axis_label == "seconds"
     with pytest.raises(ValueError, match="unit"):
         views.set_bar_unit("ms")
+
+
+def test_phase_legend_has_its_colours_before_the_first_bar():
+    """Bokeh draws a legend swatch from its renderer's data: before any bar,
+    each phase's item draws its own row of the swatch renderer (the phase's
+    colour and hatch, never drawn in the plot); with the first bar the items
+    are the bars' own renderers again, and a click hides a phase."""
+    import math
+
+    from slimgraph.instrument.records import PhaseRecord, SubmissionRecord
+    from slimgraph.views.palette import PHASE_COLORS, PHASE_HATCHES
+
+    views = Views(kinds=("stock", "slim"))
+    tf = views.timing["stock"]
+    legend, swatch = tf._legend, tf._swatch
+    data = swatch.data_source.data
+    STACK = transforms.STACK
+    assert [item.label["value"] for item in legend.items] == list(STACK)
+    assert [(item.renderers, item.index) for item in legend.items] == [([swatch], i) for i in range(len(STACK))]
+    assert data["color"] == [PHASE_COLORS[p] for p in STACK] and data["hatch"] == [PHASE_HATCHES[p] for p in STACK]
+    # the same look as each phase's bars
+    bars = tf._renderers["s"]
+    assert [r.glyph.fill_color for r in bars] == data["color"]
+    assert [r.glyph.hatch_pattern for r in bars] == data["hatch"]
+    assert all(math.isnan(v) for v in data["x"] + data["top"])  # nothing drawn in the plot
+    assert legend.click_policy == "none" and swatch.visible
+    views.set_bar_unit("us")  # (still no bar: the swatches stay)
+    assert all(item.renderers == [swatch] for item in legend.items)
+    views.set_bar_unit("s")
+    rec = SubmissionRecord(scheduler="stock", submission_id=1, tasks=10, total_s=1.0, status="OK",
+                           phases=[PhaseRecord("order", wall_s=1.0)])  # fmt: skip
+    tf.append([transforms.timing_row(rec, 1)], 100)
+    assert [(item.renderers, item.index) for item in legend.items] == [([r], None) for r in bars]
+    assert legend.click_policy == "hide" and not swatch.visible
+    # the other chart still has no bar
+    assert views.timing["slim"]._legend.items[0].renderers == [views.timing["slim"]._swatch]
 
 
 def test_memory_trees_as_one_table():

@@ -189,7 +189,16 @@ class TimingFigure:
 
     def __init__(self, kind: str, sizing_mode: str | None = None, width: int = 560,
                  y_range: Any = None, peers: list | None = None):  # fmt: skip
-        from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Legend, LegendItem, Range1d
+        from bokeh.models import (
+            ColumnDataSource,
+            FixedTicker,
+            GlyphRenderer,
+            HoverTool,
+            Legend,
+            LegendItem,
+            Range1d,
+            VBar,
+        )
 
         self.kind = kind
         self.source = ColumnDataSource(empty_timing(), name=f"sg-timing-{kind}")
@@ -234,8 +243,22 @@ class TimingFigure:
                 )
             )
         fig.add_tools(*self._hovers)
+        # Bokeh draws a legend swatch from its renderer's data, so the bars'
+        # own legend has no colours before the first bar: until then each
+        # item shows its row of a swatch renderer (one row per phase, never
+        # drawn in the plot: no coordinates), and clicks do nothing.
+        self._swatch = GlyphRenderer(
+            data_source=ColumnDataSource({
+                "x": [float("nan")] * len(STACK), "top": [float("nan")] * len(STACK),
+                "color": [PHASE_COLORS[p] for p in STACK], "hatch": [PHASE_HATCHES[p] for p in STACK],
+            }),
+            glyph=VBar(x="x", width=0.8, top="top", bottom=0, fill_color="color", line_color="color",
+                       hatch_pattern="hatch", hatch_color="#333333", hatch_alpha=0.45, hatch_scale=8),
+            name=f"sg-legend-swatches-{kind}",
+        )  # fmt: skip
+        fig.renderers.append(self._swatch)
         legend = Legend(
-            items=[LegendItem(label=p, renderers=[r]) for p, r in zip(STACK, renderers)],
+            items=[LegendItem(label=p, renderers=[self._swatch], index=i) for i, p in enumerate(STACK)],
             label_text_font_size="8pt",
             spacing=0,
             padding=2,
@@ -243,7 +266,7 @@ class TimingFigure:
             label_height=14,
             glyph_height=12,
             glyph_width=16,
-            click_policy="hide",
+            click_policy="none",
         )
         fig.add_layout(legend, "right")
         self._legend = legend
@@ -261,8 +284,19 @@ class TimingFigure:
             xr, yr = self.figure.x_range, self.figure.y_range
             xr.start, xr.end = data["x"][0] - 0.5, max(data["x"][-1] + 0.5, data["x"][0] + 2.5)
             self.empty.visible = False
+            self._legend_from_bars()
             self._fit_height()
             self._label_ticks()
+
+    def _legend_from_bars(self) -> None:
+        """Once bars exist, the legend's items are the bars' own renderers
+        (their swatches, and a click hides a phase)."""
+        if self._swatch.visible:
+            self._swatch.visible = False
+            for item, r in zip(self._legend.items, self._renderers[self.unit]):
+                item.renderers = [r]
+                item.index = None
+            self._legend.click_policy = "hide"
 
     def set_unit(self, unit: str) -> None:
         """Show the bars in seconds (``"s"``) or in microseconds per task
@@ -277,10 +311,12 @@ class TimingFigure:
         if unit != self.unit:
             # the legend drives the shown set, and a phase hidden from it
             # (a click) stays hidden in the other unit
+            bars = not self._swatch.visible  # (before the first bar: the swatches stay)
             for item, old, new in zip(self._legend.items, self._renderers[self.unit], self._renderers[unit]):
                 new.visible = old.visible
                 old.visible = False
-                item.renderers = [new]
+                if bars:
+                    item.renderers = [new]
         self.unit = unit
         self.figure.yaxis.axis_label = "seconds" if unit == "s" else "us per task"
         title = self.figure.title.text
