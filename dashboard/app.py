@@ -248,7 +248,9 @@ class App:
         )  # fmt: skip
         self.history = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False,
                                             sizing_mode="stretch_width", pagination="local",
-                                            page_size=10, frozen_columns=["job"], name="job history")  # fmt: skip
+                                            page_size=10, frozen_columns=["job"], name="job history",
+                                            configuration={"placeholder": "no job yet: each job submitted from the "
+                                                                          "launcher gets a row here"})  # fmt: skip
         self.csv = pn.widgets.FileDownload(callback=self._history_csv, filename="slimgraph-jobs.csv",
                                            label="Download the job history (CSV)", embed=False,
                                            button_type="default")  # fmt: skip
