@@ -335,7 +335,10 @@ class Job:
             _, total = self.progress_by_kind.get(kind, (1, 1))
             self.progress_by_kind[kind] = (total or 1, total or 1)
         fut.release()
-        phase = "done" if fut.status == "finished" else ("cancelled" if self._cancel.is_set() else "error")
+        # (from the status read before the release: releasing the last
+        # reference cancels the future on the client's loop, any moment now)
+        status = res["status"]
+        phase = "done" if status == "finished" else ("cancelled" if self._cancel.is_set() else "error")
         self._say(kind, phase, res.get("error") or self._summary_line(res, f"computed in {res['compute_s']:.1f} s"))
 
     @staticmethod

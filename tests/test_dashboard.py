@@ -614,6 +614,38 @@ def test_dashboard_and_bench_build_the_same_graphs():
         assert tokenize(job.build()) == tokenize(workloads.WORKLOADS[name](1234)), name
 
 
+def test_a_finished_computation_is_done_even_when_its_release_cancels_it_at_once():
+    """Releasing a job's last reference to its future cancels the future on
+    the client's loop, at any moment after: the job's phase comes from the
+    status read before the release (a job that finished showed "error"
+    when the client's loop won the race)."""
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    from slimgraph.dashboard import jobs
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:  # fmt: skip
+        fut = client.compute((da.ones(10, chunks=5) + 1).sum())
+        assert fut.result(timeout=30) == 20
+        release = fut.release
+
+        def release_and_lose_the_race() -> None:
+            release()
+            deadline = time.monotonic() + 10
+            while fut.status != "cancelled":  # the client's loop cancels it
+                assert time.monotonic() < deadline, fut.status
+                time.sleep(0.01)
+
+        fut.release = release_and_lose_the_race
+        job = jobs.Job(None, "array", 1000, ("stock",))
+        res: dict = {}
+        job._compute("stock", fut, res)
+        assert fut.status == "cancelled"  # (the race was lost)
+        assert res["status"] == "finished" and "error" not in res
+        assert job.phases["stock"] == "done", (job.phases, job.messages)
+
+
 # ---------------------------------------------------------------------------
 # the app's engines, poller and summary
 # ---------------------------------------------------------------------------
