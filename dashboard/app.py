@@ -259,9 +259,10 @@ class App:
                                                button_type="default")  # fmt: skip
 
     def _build_figures(self) -> None:
-        self.views = Views(kinds=self.kinds, sizing_mode="stretch_width", rss=False)
+        # the event-loop blocks and the lazy containers: made when their
+        # tab is first shown (_blocks_card, _census_card)
+        self.views = Views(kinds=self.kinds, sizing_mode="stretch_width", rss=False, census=False)
         self.rss = RssView(self.kinds)
-        self.blocks = BlocksView(self.kinds, self.rss.figure.x_range)
         self._style_figures()
 
     def _style_figures(self) -> None:
@@ -278,11 +279,38 @@ class App:
             mem = self.views.memory[k].figure
             mem.toolbar_location = "right"
             mem.title.text = f"scheduler memory by object: {k} (waiting for the scheduler...)"
+
+    def _blocks_card(self):
+        """The event-loop blocks strip (made when first shown; the next
+        refresh fills it with every block the engines reported)."""
+        self.blocks = BlocksView(self.kinds, self.rss.figure.x_range)
+        self._blocks_seq = dict.fromkeys(self.kinds, 0)
+        self._blocks_last = dict.fromkeys(self.kinds, 0.0)
+        return pn.Card(pn.pane.Bokeh(self.blocks.figure, sizing_mode="stretch_width"),
+                       title="Event-loop blocks (same time axis as the RSS chart)",
+                       sizing_mode="stretch_width")  # fmt: skip
+
+    def _census_card(self):
+        """The lazy containers' figures (made when first shown; the next
+        refresh fills them with the census history)."""
+        from bokeh.layouts import row
+
+        self.views.add_census_figures()
+        for k in self.kinds:
             for fig in (self.views.lazy[k].figure, self.views.lazy_attrs[k].figure):
                 fig.toolbar_location = "right"
                 fig.height = 220
             self.views.lazy[k].figure.xaxis.ticker.desired_num_ticks = 5
             self.views.lazy[k].figure.y_range.start = 0
+        self._lazy_seq = dict.fromkeys(self.kinds, 0)
+        self._lazy_last = dict.fromkeys(self.kinds, 0.0)
+
+        def brow(figs):
+            return pn.pane.Bokeh(row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+
+        return pn.Card(brow([self.views.lazy[k].figure for k in self.kinds]),
+                       brow([self.views.lazy_attrs[k].figure for k in self.kinds]),
+                       title="Lazy containers", sizing_mode="stretch_width")  # fmt: skip
 
     def _layout(self):
         self.launcher = pn.Column(
@@ -348,17 +376,31 @@ class App:
                     self.memory_table,
                     pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
                     title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip
-            pn.Card(pn.pane.Bokeh(self.blocks.figure, sizing_mode="stretch_width"),
-                    title="Event-loop blocks (same time axis as the RSS chart)", sizing_mode="stretch_width"),  # fmt: skip
-            pn.Card(brow([self.views.lazy[k].figure for k in self.kinds]),
-                    brow([self.views.lazy_attrs[k].figure for k in self.kinds]),
-                    title="Lazy containers", sizing_mode="stretch_width"),  # fmt: skip
+            # made when first rendered (in the page: when their tab is first shown)
+            # (ParamFunction takes functions, not bound methods)
+            pn.param.ParamFunction(lambda: self._blocks_card(), lazy=True, sizing_mode="stretch_width"),
+            pn.param.ParamFunction(lambda: self._census_card(), lazy=True, sizing_mode="stretch_width"),
         ]
         self._render_plots()
         return cards
 
+    #: the chart tabs, in order (the first is shown when a page opens)
+    TABS = ("Phases and memory", "Event-loop blocks", "Lazy containers")
+
     def _plot_cards_column(self):
-        return pn.Column(*self._plot_cards(), sizing_mode="stretch_width")
+        """The chart cards in tabs built when first shown (``dynamic``): a
+        page load builds, serializes and sends only the first tab's charts,
+        in one turn of the event loop that every open page's refresh also
+        needs (``bench --mode dashboard``: refresh gaps over 2 s in other
+        tabs during page loads)."""
+        phases, memory, blocks, lazy = self._plot_cards()
+        self.plot_tabs = pn.Tabs(
+            (self.TABS[0], pn.Column(phases, memory, sizing_mode="stretch_width")),
+            (self.TABS[1], blocks),
+            (self.TABS[2], lazy),
+            dynamic=True, sizing_mode="stretch_width",
+        )  # fmt: skip
+        return self.plot_tabs
 
     def engine_banner(self):
         self.banner = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["sg-banner"])
@@ -532,13 +574,13 @@ class App:
                 if pts:
                     self._rss_last[k] = pts[-1][0]
                     self.rss.sources[k].stream({"time": [p[0] for p in pts], "mb": [p[1] for p in pts]}, 3000)
-            if snap.blocks_seq != self._blocks_seq[k]:
+            if self.blocks is not None and snap.blocks_seq != self._blocks_seq[k]:
                 self._blocks_seq[k] = snap.blocks_seq
                 new_blocks = [b for b in list(snap.blocks) if b["wall_end"] > self._blocks_last[k]]
                 if new_blocks:
                     self._blocks_last[k] = new_blocks[-1]["wall_end"]
                     self.blocks.add(k, new_blocks)
-            if snap.lazy_seq != self._lazy_seq[k]:
+            if k in self.views.lazy and snap.lazy_seq != self._lazy_seq[k]:
                 self._lazy_seq[k] = snap.lazy_seq
                 pts = [p for p in list(snap.lazy_points) if p["time"] > self._lazy_last[k]]
                 if pts:

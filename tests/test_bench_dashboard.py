@@ -101,6 +101,8 @@ def test_the_apps_lazy_series_shows_its_census_points():
     mgr = ClusterManager()  # nothing started: the snapshot is filled in by hand
     app = App(manager=mgr, start_clusters=False, poller=Poller(mgr))
     app._plot_cards()  # the deferred plots, as a page's first render builds them
+    assert app.views.lazy == {}  # ... but not the lazy containers' tab before it is shown
+    app._census_card()  # the tab shown
     fig = app.views.lazy["stock"]
     assert fig.empty.visible
     time.sleep(0.05)

@@ -271,7 +271,14 @@ def test_panel_serve_reads_existing_scheduler(web, scheduler_proc, client, tmp_m
         assert new["submission_id"][-1] > max(old_ids, default=0)
         assert 500 < new["tasks"][-1] < 5000  # the 1k array workload
         wait_rows(page, "sg-memory-stock", "path", 0)
+        # the lazy containers' tab: its charts are made when it is first shown
+        assert source(page, "sg-lazy-stock") is None
+        page.locator(".bk-tab", has_text="Lazy containers").click()
         wait_rows(page, "sg-lazy-stock", "time", 0)
+        page.locator(".bk-tab", has_text="Event-loop blocks").click()
+        wait_model(page, "sg-blocks")
+        page.locator(".bk-tab", has_text="Phases and memory").click()  # (its charts come back)
+        wait_model(page, "sg-timing-stock")
         page.get_by_text(re.compile(r"job \d+")).first.wait_for()
         page.wait_for_function(
             "() => document.body.innerHTML.length > 0", timeout=5_000)  # page alive

@@ -637,9 +637,13 @@ class Views:
     kinds share one y axis, so their bars compare by height.
     """
 
-    def __init__(self, kinds=KINDS, width: int = 560, sizing_mode: str | None = None, rss: bool = True):
+    def __init__(self, kinds=KINDS, width: int = 560, sizing_mode: str | None = None, rss: bool = True,
+                 census: bool = True):  # fmt: skip
         """``rss=False``: no :class:`RssFigure` (an owner that draws RSS
-        its own way, as the app does per engine process)."""
+        its own way, as the app does per engine process). ``census=False``:
+        the lazy-container figures are made later, by
+        :meth:`add_census_figures` (an owner that shows them only on demand:
+        until then ``lazy`` and ``lazy_attrs`` are empty)."""
         from bokeh.models import Div
 
         self.kinds = tuple(kinds)
@@ -660,14 +664,22 @@ class Views:
         self.memory = {k: MemoryIcicle(k, x_range=icicle_x, peers=peers, **fig)
                        for k in self.kinds}  # fmt: skip
         peers.extend(self.memory.values())
-        self.lazy = {k: LazySeriesFigure(k, **fig) for k in self.kinds}
-        self.lazy_attrs = {k: LazyAttrsFigure(k, **fig) for k in self.kinds}
+        self.lazy: dict[str, LazySeriesFigure] = {}
+        self.lazy_attrs: dict[str, LazyAttrsFigure] = {}
+        if census:
+            self.add_census_figures()
         self.rss = RssFigure(self.kinds, **fig) if rss else None
         #: Per kind: what could not be measured (a refresher writes it).
         div = {"sizing_mode": "stretch_width"} if sizing_mode else {}
         self.notes = {k: Div(text="", name=f"sg-note-{k}", styles={"color": MUTED}, **div)
                       for k in self.kinds}  # fmt: skip
         self.status = Div(text="", name="sg-status")
+
+    def add_census_figures(self) -> None:
+        """The lazy-container figures (series and per attribute), per kind."""
+        fig = {"sizing_mode": self.sizing_mode, "width": self.width}
+        self.lazy = {k: LazySeriesFigure(k, **fig) for k in self.kinds}
+        self.lazy_attrs = {k: LazyAttrsFigure(k, **fig) for k in self.kinds}
 
     def set_bar_unit(self, unit: str) -> None:
         """Every phase chart in seconds (``"s"``) or us per task (``"us"``),
