@@ -364,38 +364,41 @@ def test_timing_bars_in_seconds_or_us_per_task():
 
 def test_phase_legend_has_its_colours_before_the_first_bar():
     """Bokeh draws a legend swatch from its renderer's data: before any bar,
-    each phase's item draws its own row of the swatch renderer (the phase's
-    colour and hatch, never drawn in the plot); with the first bar the items
-    are the bars' own renderers again, and a click hides a phase."""
+    a legend of swatches is shown, each item drawing its own row of the
+    swatch renderer (the phase's colour and hatch, never drawn in the plot);
+    with the first bar the bars' own legend takes its place (a click hides a
+    phase), in one change to the figure."""
     import math
 
     from slimgraph.instrument.records import PhaseRecord, SubmissionRecord
     from slimgraph.views.palette import PHASE_COLORS, PHASE_HATCHES
 
+    STACK = transforms.STACK
     views = Views(kinds=("stock", "slim"))
     tf = views.timing["stock"]
-    legend, swatch = tf._legend, tf._swatch
+    shown, swatch, own = tf._swatch_legend, tf._swatch, tf._legend
+    fig = tf.figure
+    assert shown in fig.right and own not in fig.right
     data = swatch.data_source.data
-    STACK = transforms.STACK
-    assert [item.label["value"] for item in legend.items] == list(STACK)
-    assert [(item.renderers, item.index) for item in legend.items] == [([swatch], i) for i in range(len(STACK))]
+    assert [item.label["value"] for item in shown.items] == list(STACK) == [i.label["value"] for i in own.items]
+    assert [(item.renderers, item.index) for item in shown.items] == [([swatch], i) for i in range(len(STACK))]
     assert data["color"] == [PHASE_COLORS[p] for p in STACK] and data["hatch"] == [PHASE_HATCHES[p] for p in STACK]
     # the same look as each phase's bars
     bars = tf._renderers["s"]
     assert [r.glyph.fill_color for r in bars] == data["color"]
     assert [r.glyph.hatch_pattern for r in bars] == data["hatch"]
     assert all(math.isnan(v) for v in data["x"] + data["top"])  # nothing drawn in the plot
-    assert legend.click_policy == "none" and swatch.visible
-    views.set_bar_unit("us")  # (still no bar: the swatches stay)
-    assert all(item.renderers == [swatch] for item in legend.items)
+    assert shown.click_policy == "none" and own.click_policy == "hide"
+    views.set_bar_unit("us")  # (before the first bar: the bars' legend follows, unseen)
+    assert [item.renderers for item in own.items] == [[r] for r in tf._renderers["us"]]
     views.set_bar_unit("s")
     rec = SubmissionRecord(scheduler="stock", submission_id=1, tasks=10, total_s=1.0, status="OK",
                            phases=[PhaseRecord("order", wall_s=1.0)])  # fmt: skip
     tf.append([transforms.timing_row(rec, 1)], 100)
-    assert [(item.renderers, item.index) for item in legend.items] == [([r], None) for r in bars]
-    assert legend.click_policy == "hide" and not swatch.visible
+    assert own in fig.right and shown not in fig.right and tf._swatch_legend is None
+    assert [item.renderers for item in own.items] == [[r] for r in bars]
     # the other chart still has no bar
-    assert views.timing["slim"]._legend.items[0].renderers == [views.timing["slim"]._swatch]
+    assert views.timing["slim"]._swatch_legend in views.timing["slim"].figure.right
 
 
 def test_memory_trees_as_one_table():

@@ -244,9 +244,12 @@ class TimingFigure:
             )
         fig.add_tools(*self._hovers)
         # Bokeh draws a legend swatch from its renderer's data, so the bars'
-        # own legend has no colours before the first bar: until then each
-        # item shows its row of a swatch renderer (one row per phase, never
-        # drawn in the plot: no coordinates), and clicks do nothing.
+        # own legend has no colours before the first bar. Until then a
+        # legend of swatches stands in for it: each item draws its row of a
+        # swatch renderer (a row per phase, never drawn in the plot: no
+        # coordinates), and clicks do nothing. With the first bar the bars'
+        # own legend takes its place (one change to the figure, not one per
+        # item: an open page is sent each change).
         self._swatch = GlyphRenderer(
             data_source=ColumnDataSource({
                 "x": [float("nan")] * len(STACK), "top": [float("nan")] * len(STACK),
@@ -257,19 +260,24 @@ class TimingFigure:
             name=f"sg-legend-swatches-{kind}",
         )  # fmt: skip
         fig.renderers.append(self._swatch)
-        legend = Legend(
-            items=[LegendItem(label=p, renderers=[self._swatch], index=i) for i, p in enumerate(STACK)],
-            label_text_font_size="8pt",
-            spacing=0,
-            padding=2,
+        style = {
+            "label_text_font_size": "8pt",
+            "spacing": 0,
+            "padding": 2,
             # 13 rows of Bokeh's default 20 px ran past the plot's bottom
-            label_height=14,
-            glyph_height=12,
-            glyph_width=16,
-            click_policy="none",
-        )
-        fig.add_layout(legend, "right")
-        self._legend = legend
+            "label_height": 14,
+            "glyph_height": 12,
+            "glyph_width": 16,
+        }
+        #: shown until the first bar (None from then on)
+        self._swatch_legend: Any = Legend(
+            items=[LegendItem(label=p, renderers=[self._swatch], index=i) for i, p in enumerate(STACK)],
+            click_policy="none", **style,
+        )  # fmt: skip
+        #: the bars' own legend, shown from the first bar on
+        self._legend = Legend(items=[LegendItem(label=p, renderers=[r]) for p, r in zip(STACK, renderers)],
+                              click_policy="hide", **style)  # fmt: skip
+        fig.add_layout(self._swatch_legend, "right")
         fig.xaxis.minor_tick_line_color = None
         fig.xaxis.ticker = FixedTicker(ticks=[])  # one tick per bar (as bars arrive)
         fig.xgrid.grid_line_color = None
@@ -289,14 +297,11 @@ class TimingFigure:
             self._label_ticks()
 
     def _legend_from_bars(self) -> None:
-        """Once bars exist, the legend's items are the bars' own renderers
-        (their swatches, and a click hides a phase)."""
-        if self._swatch.visible:
-            self._swatch.visible = False
-            for item, r in zip(self._legend.items, self._renderers[self.unit]):
-                item.renderers = [r]
-                item.index = None
-            self._legend.click_policy = "hide"
+        """Once bars exist, the bars' own legend replaces the swatches'."""
+        if self._swatch_legend is not None:
+            fig = self.figure
+            fig.right = [self._legend if m is self._swatch_legend else m for m in fig.right]
+            self._swatch_legend = None
 
     def set_unit(self, unit: str) -> None:
         """Show the bars in seconds (``"s"``) or in microseconds per task
@@ -311,12 +316,10 @@ class TimingFigure:
         if unit != self.unit:
             # the legend drives the shown set, and a phase hidden from it
             # (a click) stays hidden in the other unit
-            bars = not self._swatch.visible  # (before the first bar: the swatches stay)
             for item, old, new in zip(self._legend.items, self._renderers[self.unit], self._renderers[unit]):
                 new.visible = old.visible
                 old.visible = False
-                if bars:
-                    item.renderers = [new]
+                item.renderers = [new]
         self.unit = unit
         self.figure.yaxis.axis_label = "seconds" if unit == "s" else "us per task"
         title = self.figure.title.text
