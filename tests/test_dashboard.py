@@ -614,6 +614,33 @@ def test_dashboard_and_bench_build_the_same_graphs():
         assert tokenize(job.build()) == tokenize(workloads.WORKLOADS[name](1234)), name
 
 
+def test_the_served_app_freezes_what_the_process_held_before_its_first_page():
+    """Panel's full collections after closed pages walk only what was made
+    since the first page: the imports are frozen once, before it (in a
+    process of its own: the freeze is process-wide)."""
+    code = textwrap.dedent("""
+        import gc
+        from slimgraph.dashboard import app
+        before = gc.get_freeze_count()
+        assert app.freeze_startup_objects() is True
+        frozen = gc.get_freeze_count()
+        assert frozen > before + 50_000, (before, frozen)  # Panel, Bokeh, pandas, dask...
+        assert app.freeze_startup_objects() is False  # once
+        assert gc.get_freeze_count() == frozen
+        # what a page makes afterwards stays collectable
+        class Page:
+            pass
+        p = Page()
+        p.me = p  # a cycle: only the collector frees it
+        del p
+        assert gc.collect() >= 1 and gc.get_freeze_count() == frozen
+        print("ok", frozen)
+    """)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok")
+
+
 def test_a_finished_computation_is_done_even_when_its_release_cancels_it_at_once():
     """Releasing a job's last reference to its future cancels the future on
     the client's loop, at any moment after: the job's phase comes from the
