@@ -161,6 +161,14 @@ class BlocksView:
         }, 4000)
 
 
+def _figure_row(figs: list) -> pn.pane.Bokeh:
+    """Bokeh figures side by side (one per engine), in a pane that follows
+    the page's width."""
+    from bokeh.layouts import row
+
+    return pn.pane.Bokeh(row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+
+
 def _time_formatter():
     from bokeh.models import DatetimeTickFormatter
 
@@ -293,8 +301,6 @@ class App:
     def _census_card(self):
         """The lazy containers' figures (made when first shown; the next
         refresh fills them with the census history)."""
-        from bokeh.layouts import row
-
         self.views.add_census_figures()
         for k in self.kinds:
             for fig in (self.views.lazy[k].figure, self.views.lazy_attrs[k].figure):
@@ -304,12 +310,8 @@ class App:
             self.views.lazy[k].figure.y_range.start = 0
         self._lazy_seq = dict.fromkeys(self.kinds, 0)
         self._lazy_last = dict.fromkeys(self.kinds, 0.0)
-
-        def brow(figs):
-            return pn.pane.Bokeh(row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width")
-
-        return pn.Card(brow([self.views.lazy[k].figure for k in self.kinds]),
-                       brow([self.views.lazy_attrs[k].figure for k in self.kinds]),
+        return pn.Card(_figure_row([self.views.lazy[k].figure for k in self.kinds]),
+                       _figure_row([self.views.lazy_attrs[k].figure for k in self.kinds]),
                        title="Lazy containers", sizing_mode="stretch_width")  # fmt: skip
 
     def _layout(self):
@@ -346,12 +348,7 @@ class App:
         return tmpl
 
     def _plot_cards(self) -> list:
-        from bokeh.layouts import row
-
         self._build_figures()
-
-        def brow(figs):
-            return pn.pane.Bokeh(row(*figs, sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
         # the memory trees as a table: the largest parts of the state, per
         # task, stock beside slim (also what a screen reader gets of them)
@@ -370,9 +367,9 @@ class App:
         self.bar_unit.param.watch(lambda e: self.views.set_bar_unit(e.new), "value")
         cards = [
             pn.Card(pn.Row(pn.pane.HTML("<small>bars in</small>", margin=(12, 4, 0, 10)), self.bar_unit),
-                    brow([self.views.timing[k].figure for k in self.kinds]),
+                    _figure_row([self.views.timing[k].figure for k in self.kinds]),
                     title="update_graph phases per job", sizing_mode="stretch_width"),  # fmt: skip
-            pn.Card(brow([self.views.memory[k].figure for k in self.kinds]),
+            pn.Card(_figure_row([self.views.memory[k].figure for k in self.kinds]),
                     self.memory_table,
                     pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
                     title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip

@@ -322,22 +322,21 @@ class Job:
                 fut.cancel()
             except Exception:  # noqa: BLE001
                 pass
-        res["status"] = fut.status
-        if fut.status == "error":
+        # the status, read once: releasing the future below (our last
+        # reference) cancels it on the client's loop, any moment after
+        res["status"] = status = fut.status
+        if status == "error":
             try:
                 res["error"] = repr(fut.exception(timeout=5))
             except Exception as ex:  # noqa: BLE001
                 res["error"] = repr(ex)
-        elif fut.status == "cancelled" and not self._cancel.is_set():
+        elif status == "cancelled" and not self._cancel.is_set():
             res["error"] = self._why_cancelled(fut)
         res["compute_s"] = time.perf_counter() - t1
-        if fut.status == "finished":
+        if status == "finished":
             _, total = self.progress_by_kind.get(kind, (1, 1))
             self.progress_by_kind[kind] = (total or 1, total or 1)
         fut.release()
-        # (from the status read before the release: releasing the last
-        # reference cancels the future on the client's loop, any moment now)
-        status = res["status"]
         phase = "done" if status == "finished" else ("cancelled" if self._cancel.is_set() else "error")
         self._say(kind, phase, res.get("error") or self._summary_line(res, f"computed in {res['compute_s']:.1f} s"))
 
