@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from slimgraph import workloads
 from slimgraph.ingest.compact import CompactGraph, materialize
+from slimgraph.ingest.compact.graph import SHIFT
 from slimgraph.ingest.compact.blockwise import BlockwiseLayer
 from slimgraph.order import order_indexed
 
@@ -114,8 +115,11 @@ def assert_same(dsk: dict, ann, graph: CompactGraph, specs: bool = True) -> None
     keys = list(dsk)
     assert graph.keys == keys
     pos = dict(zip(keys, range(len(keys))))
+    flags = graph.producer_flags()  # (a segment's answer, where it is one)
     for i, k in enumerate(keys):
         node = dsk[k]
+        flag = flags[graph.codes[i] >> SHIFT]
+        assert flag is None or flag == bool(node and node.data_producer), k
         order = list(node.dependencies)
         assert list(graph.deps[i]) == [pos[d] for d in order if d in pos], k
         assert list(graph.external.get(i, ())) == [d for d in order if d not in pos], k

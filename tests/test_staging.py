@@ -21,7 +21,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import offload
 
 from differential import Pair, assert_same, layout, snapshot, wait_idle
-from slimgraph.ingest.apply import commit, still_valid
+from slimgraph.ingest.apply import add_tasks, commit, premerge, still_valid
 from slimgraph.ingest.build import build
 from slimgraph.ingest.index import compute_order, index_graph
 from slimgraph.ingest.pipeline import refusal
@@ -411,6 +411,115 @@ def test_unrelated_new_keys_during_the_build_do_not_refuse():
             assert len(s.tasks) == len(dsk) + 1
             assert s.tasks["x-total"].state == "waiting"
             assert len(s.queued) == 30
+
+    run(body())
+
+
+@pytest.mark.parametrize("change", [None, "added", "forgotten", "re-added"])
+def test_commit_adopts_the_task_dict_merged_in_the_build_thread(change):
+    """A scheduler that holds a few tasks before a bigger staged build: the
+    commit adopts the dict merged in the build thread while the scheduler's
+    entries are still the ones copied, else it updates its own; either way
+    the scheduler's dict ends with ``update``'s entries in ``update``'s order."""
+    from slimgraph.distributed import SlimScheduler
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            for i in range(3):
+                s.new_task(f"pre-{i}", None, "released")
+            dsk, keys = _graph("x")
+            b, plan = await _built(s, dsk, keys)
+            premerge(s, b)
+            assert b.premerged is not None and list(b.premerged[1])[:3] == ["pre-0", "pre-1", "pre-2"]
+            merged = b.premerged[1]
+            if change == "added":
+                s.new_task("y-1", None, "released")
+            elif change == "forgotten":
+                s.transitions({"pre-1": "forgotten"}, stimulus_id="test")
+            elif change == "re-added":  # the same keys, another order
+                s.transitions({"pre-0": "forgotten"}, stimulus_id="test")
+                s.new_task("pre-0", None, "released")
+            expected = list(s.tasks.items()) + list(b.tasks.items())
+            own = s.tasks
+            how = add_tasks(s, b)
+            assert how == ("merged" if change is None else "updated")
+            assert (s.tasks is merged) is (change is None) and (s.tasks is own) is (change is not None)
+            assert list(s.tasks.items()) == expected
+            # what the build leaves to be freed is never the scheduler's dict
+            assert not any(c is s.tasks for c in b.temporaries())
+
+    run(body())
+
+
+def test_an_empty_scheduler_adopts_the_build_s_task_dict():
+    """Nothing to merge with: the build's own dict becomes the scheduler's
+    (no copy on the loop), and it is not freed with the build's temporaries."""
+    from slimgraph.distributed import SlimScheduler
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            dsk, keys = _graph("x")
+            b, plan = await _built(s, dsk, keys)
+            premerge(s, b)
+            assert b.premerged is None
+            made = b.tasks
+            assert commit(s, b, plan) is not None
+            assert s.tasks is made and b.adopted
+            assert len(s.tasks) == 31 and set(s.tasks) == set(dsk)
+            assert not any(c is s.tasks for c in b.temporaries())
+            assert s.tasks["x-total"].state == "waiting"
+
+    run(body())
+
+
+def test_premerge_only_for_a_build_much_bigger_than_the_scheduler():
+    from slimgraph.distributed import SlimScheduler
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            for i in range(10):
+                s.new_task(f"pre-{i}", None, "released")
+            dsk, keys = _graph("x")  # 31 tasks
+            b, plan = await _built(s, dsk, keys)
+            premerge(s, b)
+            assert b.premerged is None  # 31 < 4 x 10
+            own = s.tasks
+            assert commit(s, b, plan) is not None
+            assert s.tasks is own
+            assert list(s.tasks)[:10] == [f"pre-{i}" for i in range(10)] and len(s.tasks) == 41
+
+    run(body())
+
+
+def test_a_big_graph_on_few_persisted_inputs_adopts_the_merged_dict_as_stock(monkeypatch):
+    """Through the whole pipeline, against stock: a graph many times bigger
+    than what the scheduler holds (persisted inputs) is committed by
+    adopting the merged dict, and both schedulers' task dicts have the same
+    keys in the same order, and the same state."""
+    from slimgraph.ingest import apply as applier
+
+    ways = []
+    real = applier.add_tasks
+
+    def spy(state, b):
+        ways.append(real(state, b))
+        return ways[-1]
+
+    monkeypatch.setattr(applier, "add_tasks", spy)
+
+    async def body():
+        async with Pair(n_workers=1) as p:
+            _drop_recorders(p)
+            y = da.ones(20, chunks=10) + 1
+            await staged_check(p, lambda c: c.persist(y))
+            assert ways == ["adopted"]
+            await wait_idle(p.stock)
+            await wait_idle(p.slim)
+            ways.clear()
+            x = da.ones((60, 60), chunks=10)
+            await staged_check(p, lambda c: c.compute((x + y.sum()).sum()))
+            assert ways == ["merged"]
+            assert list(p.stock.tasks) == list(p.slim.tasks)
 
     run(body())
 

@@ -37,7 +37,9 @@ JSON (``--json PATH``)::
            or its thread holding the GIL), "block_causes" (the record's),
            "window_block_causes" / "cancel_block_causes" (every block of
            >= 50 ms until the cut / of the cancel, the longest per cause:
-           see slimgraph.instrument.blame), "longest_ping_seconds",
+           see slimgraph.instrument.blame), "ingestion_blocks" (the ten
+           longest of the ingestion's own until the cut: seconds, label),
+           "longest_ping_seconds",
            "longest_ping" (where it went: see :func:`longest_ping`),
            "rss_bytes_per_task", "compute_seconds" (None when cut short),
            "cancel_answer_seconds" (when cut short: from the cancel until the
@@ -388,6 +390,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "block_causes": rec.block_causes,
             "window_block_causes": by_cause([b for b in blocks if b["wall_end"] <= cut]),
             "cancel_block_causes": by_cause([b for b in blocks if b["wall_end"] > cut]),
+            "ingestion_blocks": longest_of([b for b in blocks if b["wall_end"] <= cut], "ingestion"),
             "longest_ping_seconds": ping.longest,
             "longest_ping": longest_ping(ping.pings, blocks, t0),
             "pings": ping.count,
@@ -460,6 +463,12 @@ def by_cause(blocks: list) -> dict:
         if b["seconds"] > c["seconds"]:
             c["seconds"], c["label"] = b["seconds"], b["label"]
     return out
+
+
+def longest_of(blocks: list, cause: str, n: int = 10) -> list:
+    """The ``n`` longest of ``blocks`` with ``cause``: ``[[seconds, label]]``."""
+    mine = sorted((b for b in blocks if b["cause"] == cause), key=lambda b: -b["seconds"])
+    return [[b["seconds"], b["label"]] for b in mine[:n]]
 
 
 def _has_key(key: Any, dask_scheduler: Any = None) -> bool:

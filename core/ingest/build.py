@@ -176,10 +176,19 @@ class Build:
     reads: Reads | None = None
     #: big per-step scratch, freed by disposal rather than in one cascade
     scratch: list = field(default_factory=list)
+    #: ``(the scheduler's keys and task states as copied, a dict of those
+    #: followed by tasks)``, made in the build thread
+    #: (slimgraph.ingest.apply.premerge); None: not made, or adopted
+    premerged: tuple | None = None
+    #: whether the scheduler adopted ``tasks`` itself as its task dict
+    #: (slimgraph.ingest.apply.add_tasks): then it is no temporary
+    adopted: bool = False
 
     def temporaries(self) -> list:
         """Big containers only this build holds (see slimgraph.runtime.disposal)."""
-        return [self.tasks, self.by_index, self.new, self.touched, *self.scratch]
+        own = [] if self.adopted else [self.tasks]
+        merged = [] if self.premerged is None else [self.premerged[1]]
+        return [*own, self.by_index, self.new, self.touched, *self.scratch, *merged]
 
     def group_delta(self, tg: Any) -> GroupDelta | None:
         return self.live_groups.get(id(tg)) if self.live_groups else None
@@ -420,6 +429,10 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
     off = getattr(index.deps, "off", None) if graph is not None else None
     didx = index.deps.idx if off is not None else None
     dependents: dict = {}
+    # a brand-new compact graph's dependents come from its CSR arrays at
+    # once (_csr_dependents), not collected edge by edge below
+    by_csr = (lazy and off is not None and not b.run_specs and not outside
+              and len(fresh) == len(by_index) and len(off) == len(by_index) + 1)
     n_edges = 0
     for i in fresh:
         ts = by_index[i]
@@ -459,12 +472,13 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
             order = list(set(list(spec_deps)))
             stable = thaw_stable(order)
             dl = [lookup(d) for d in order]
-        for dts in dl:
-            lst = dependents.get(id(dts))
-            if lst is None:
-                dependents[id(dts)] = [dts, ts]
-            else:
-                lst.append(ts)
+        if not by_csr:
+            for dts in dl:
+                lst = dependents.get(id(dts))
+                if lst is None:
+                    dependents[id(dts)] = [dts, ts]
+                else:
+                    lst.append(ts)
         # (a task without a run_spec of its own here is one this build made:
         # no edges yet, its own to set)
         old = current(ts, "dependencies") if spec is not None else None
@@ -504,6 +518,8 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
     # (immutable, thawed before any change): in a reduction most tasks have
     # one dependent, shared by all inputs of the same reducer.
     single: dict = {}
+    if by_csr:
+        b.scratch += _csr_dependents(by_index, off, didx, single)
     for lst in dependents.values():
         dts = lst[0]
         # a task of this build's compact graph is one it made: no dependents
@@ -531,6 +547,41 @@ def _edges(state: Any, b: Build, fresh: list) -> None:
             b.edges_of_existing.append((ts, attr, value))
     b.edges = n_edges
     b.scratch += (dependents, single, fresh)
+
+
+def _csr_dependents(by_index: list, off: array, idx: array, single: dict) -> tuple:
+    """Every task's dependents, for a compact graph whose tasks are all new
+    (lazy containers): what :func:`_edges` collects edge by edge otherwise,
+    made from the dependency CSR arrays (``off``, ``idx``) at once.
+
+    A task's dependents in graph order are the rows that name it, in row
+    order: a stable sort of the edges by their dependency (numpy, without
+    the GIL) gives them all. Rows are distinct (a frozenset's keys), as
+    the edge-by-edge collection assumes. Each task with one dependent
+    shares that dependent's container (``single``: index -> container), as
+    there. Returns the big temporaries, for disposal."""
+    import numpy as np
+
+    n = len(by_index)
+    dep = np.frombuffer(idx, dtype=np.int32) if len(idx) else np.zeros(0, dtype=np.int32)
+    rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.frombuffer(off, dtype=np.int32)))
+    rev = array("i", rows[np.argsort(dep, kind="stable")].tobytes())
+    counts = array("i", np.bincount(dep, minlength=n).astype(np.int32).tobytes())
+    del dep, rows
+    pos = 0
+    j = 0
+    for c in counts:
+        if c == 1:
+            t = rev[pos]
+            e = single.get(t)
+            if e is None:
+                e = single[t] = Edges((by_index[t],))
+            by_index[j].dependents = e
+        elif c:
+            by_index[j].dependents = _grown_dependents(None, [by_index[t] for t in rev[pos : pos + c]], True)
+        pos += c
+        j += 1
+    return rev, counts
 
 
 def _grown_dependents(old: Any, lst: list, lazy: bool) -> Any:

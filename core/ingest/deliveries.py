@@ -89,7 +89,7 @@ class Deliveries:
         #: key -> task forgotten while calls were owed; and the dict they
         #: are put back in while calls are made (the scheduler's tasks)
         self.ghosts: dict = {}
-        self._tasks: dict | None = None
+        self._state: Any = None
         #: tails whose owed calls wait for ready tasks they have not sent
         #: yet (slimgraph.ingest.tail): a flush opens them
         self.gates: list = []
@@ -112,16 +112,18 @@ class Deliveries:
     def _haunt(self) -> list:
         """Put the ghosts back in the scheduler's tasks (where their keys
         are free); returns the keys put back."""
-        tasks = self._tasks
-        if not self.ghosts or tasks is None:
+        if not self.ghosts or self._state is None:
             return []
+        tasks = self._state.tasks
         back = [k for k in self.ghosts if k not in tasks]
         for k in back:
             tasks[k] = self.ghosts[k]
         return back
 
     def _unhaunt(self, back: list) -> None:
-        tasks = self._tasks
+        if not back:
+            return
+        tasks = self._state.tasks
         ghosts = self.ghosts
         for k in back:
             if tasks.get(k) is ghosts.get(k):
@@ -146,7 +148,7 @@ class Deliveries:
             state.plugins = plugins
         if forgetting and ts is not None and state.tasks.get(key) is not ts:
             self.ghosts[key] = ts
-            self._tasks = state.tasks
+            self._state = state
         log = state.transition_log
         if ts is not None and state.transition_counter != counter and log and log[-1].key == key:
             t = log[-1]  # what distributed logged is what it tells plugins

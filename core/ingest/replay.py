@@ -49,6 +49,7 @@ from typing import Any
 
 from slimgraph import shim
 from slimgraph.ingest.build import Build
+from slimgraph.ingest.compact.graph import SHIFT
 from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.containers import Edges, freeze
 from slimgraph.model.queue import staged_run
@@ -248,6 +249,15 @@ class _Replay:
         update = recs.update
         rootish_by_group: dict = {}
         is_rootish = self.projected_rootish
+        # spec_data_producer by the task's segment, where that decides it
+        # (CompactGraph.producer_flags): one list read instead of four calls
+        graph = b.sub.index.graph
+        if graph is not None and queuing:
+            flags = graph.producer_flags()
+            codes = graph.codes
+            handles = graph.handles
+        else:
+            graph = flags = codes = handles = None
 
         while recs:
             key, finish = popitem()
@@ -328,14 +338,21 @@ class _Replay:
                     # is_rootish depends on the task only through restrictions
                     # and run_spec.data_producer, otherwise on its group, which
                     # does not change during an ingestion.
-                    x = ts._x
-                    if x.more is NO_RARE and not ts.spec_data_producer():
+                    more = ts._x.more
+                    if ts._graph is graph and graph is not None:
+                        h = ts._spec
+                        dp = flags[codes[h if handles is None else handles[h]] >> SHIFT]
+                        if dp is None:
+                            dp = ts.spec_data_producer()
+                    else:
+                        dp = ts.spec_data_producer()
+                    if more is NO_RARE and not dp:
                         tg = ts.group
                         r = rootish_by_group.get(tg)
                         if r is None:
-                            r = rootish_by_group[tg] = is_rootish(ts)
+                            r = rootish_by_group[tg] = is_rootish(ts, dp)
                     else:
-                        r = x.more._queueable and is_rootish(ts)
+                        r = more._queueable and is_rootish(ts, dp)
                     if r:
                         # -- waiting -> processing -> queued, inlined --
                         ts._state = "queued"
@@ -391,12 +408,13 @@ class _Replay:
         b.scratch += (to_waiting, rootish_by_group)
         return plan
 
-    def projected_rootish(self, ts: Any) -> bool:
+    def projected_rootish(self, ts: Any, data_producer: bool | None = None) -> bool:
         """``SchedulerState.is_rootish`` as it will be once the scheduler's
-        own groups have counted this submission's tasks and edges."""
+        own groups have counted this submission's tasks and edges
+        (``data_producer``: ``ts.spec_data_producer()``, if known)."""
         if ts.resource_restrictions or ts.worker_restrictions or ts.host_restrictions:
             return False
-        if ts.spec_data_producer():
+        if ts.spec_data_producer() if data_producer is None else data_producer:
             return True
         st = self.state
         b = self.b
