@@ -157,6 +157,47 @@ def test_staged_log_tail_when_the_log_is_short(listening):
     run(body())
 
 
+TAIL_GRAPHS = {
+    "reduction": lambda: (da.ones((120, 120), chunks=10) + 1).sum(axis=0),
+    # shared dependencies: some are visited before a later dependent
+    "overlap": lambda: da.ones((120, 120), chunks=10).map_overlap(lambda b: b + 1, depth=1).sum(),
+    "rechunk": lambda: da.ones((120, 120), chunks=(10, 120)).rechunk((120, 10)).sum(),
+}
+
+
+@pytest.mark.parametrize("graph", sorted(TAIL_GRAPHS))
+@pytest.mark.parametrize("workers", [0, 2])
+def test_compact_replay_log_tail_beyond_its_slack(workers, graph, monkeypatch):
+    """A compact array graph whose replay makes more log entries than the
+    kept tail (the log's length plus the replay's slack): the replay by
+    graph index, which makes only the tail's entries afterwards, publishes
+    stock's tail, with and without idle workers taking root-ish tasks."""
+    from slimgraph.ingest import replay as replay_mod
+
+    monkeypatch.setattr(replay_mod, "LOG_SLACK", 50)
+    paths = []
+    real = replay_mod._Replay._run_compact
+
+    def spy(self, *args):
+        paths.append("compact")
+        return real(self, *args)
+
+    monkeypatch.setattr(replay_mod._Replay, "_run_compact", spy)
+
+    async def body():
+        with dask.config.set({"distributed.admin.low-level-log-length": 37}):
+            async with Pair(n_workers=workers) as p:
+                _drop_recorders(p)
+                for s in (p.stock, p.slim):  # (it hears every transition: a complete log)
+                    for name in [n for n in s.plugins if n.startswith("graph-layout")]:
+                        s.remove_plugin(name=name)
+                await staged_check(p, lambda c: c.compute(TAIL_GRAPHS[graph]()))
+                assert len(p.slim.transition_log) == 37
+        assert paths == ["compact"]
+
+    run(body())
+
+
 def test_second_staged_submission_ties_in_the_queue():
     """Two graphs in one generation: equal priorities across them are
     broken by queue insertion order, as stock's HeapSet does."""

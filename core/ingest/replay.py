@@ -25,6 +25,13 @@ result, a :class:`Plan`, says:
   instead, again through distributed's own code, in visit order;
 - the new waiters of tasks the scheduler already had (persisted inputs).
 
+The loop runs by key (:meth:`_Replay._run_keys`, any build), or, for a
+brand-new compact graph with nothing outside it, by graph index
+(:meth:`_Replay._run_compact`): integers in the recommendations dict
+instead of tuple keys to hash, and log entries made afterwards for the
+kept tail only. Both visit the same tasks in the same order and leave the
+same task states and plan.
+
 The replay assumes no idle worker and never calls distributed's transition
 code, so it can run in a worker thread on a private build. A hand-off's own
 consequences concern only itself (waiting -> processing, or -> queued /
@@ -43,6 +50,7 @@ from __future__ import annotations
 import math
 import operator
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,6 +220,27 @@ def blame(touched: list, recs: dict) -> None:
                 break
 
 
+def _first_waiter(dts: Any, ts: Any) -> None:
+    """``ts`` is the first later waiter of ``dts``, made waiting earlier by
+    the replay (its waiters: _PENDING). Anything else would be a task
+    known before this submission, which a compact replay never meets."""
+    if dts.waiters is not _PENDING:  # pragma: no cover
+        raise AssertionError(f"replay: {dts.key!r} gains a waiter after its waiters were final")
+    dts.waiters = [ts]
+
+
+def _producers_by_index(graph: Any) -> bytearray:
+    """``spec_data_producer`` of every task of a compact graph by index: 0
+    or 1 where its segment decides it (CompactGraph.producer_flags), 2 where
+    the task must be asked."""
+    import numpy as np
+
+    flags = graph.producer_flags()
+    table = np.array([2 if f is None else int(f) for f in flags], dtype=np.uint8)
+    codes = np.frombuffer(graph.codes, dtype=np.int64) if len(graph.codes) else np.zeros(0, dtype=np.int64)
+    return bytearray(table[codes >> SHIFT].tobytes())
+
+
 class _Replay:
     def __init__(self, state: Any, b: Build, seq_base: int, complete_log: bool):
         self.state = state
@@ -220,20 +249,26 @@ class _Replay:
 
     def run(self) -> Plan:
         st = self.state
+        self.plan.now = time.time()
+        maxlen = st.transition_log.maxlen
+        if self.plan.complete:
+            maxlen = None
+        elif maxlen is not None:
+            maxlen += LOG_SLACK
+        fast = self._compact_rows(maxlen)
+        out = self._run_compact(maxlen, *fast) if fast is not None else self._run_keys(maxlen)
+        return self._finish(*out)
+
+    def _run_keys(self, maxlen: int | None) -> tuple:
+        """The loop, by key (any build)."""
+        st = self.state
         b = self.b
         plan = self.plan
         lazy = st.slim_lazy
-        sid = b.sub.stimulus_id
         new_tasks = b.tasks
         new_get = new_tasks.get
         live_get = st.tasks.get
         recs = initial_recommendations(lambda k: new_get(k) or st.tasks[k], b.sub.keys)
-        plan.now = time.time()
-        maxlen = st.transition_log.maxlen
-        if plan.complete:
-            maxlen = None
-        elif maxlen is not None:
-            maxlen += LOG_SLACK
         entries: Any = [] if plan.complete else deque(maxlen=maxlen)
         append = entries.append
         to_waiting: list = []
@@ -368,7 +403,220 @@ class _Replay:
                 handoffs.append((n, ts))
                 continue
             raise AssertionError(f"replay met {start} -> {finish} for {key!r}")  # pragma: no cover
+        return entries, n, to_waiting, to_wait, to_queue, rootish_by_group
 
+    def _compact_rows(self, maxlen: int | None) -> tuple | None:
+        """``(graph, off, idx)`` when the replay can run by index
+        (:meth:`_run_compact`): a compact graph whose tasks are all new and
+        all reached, nothing outside it, lazy containers, and a log kept to
+        a bounded tail (no plugin hears every entry). None otherwise."""
+        st = self.state
+        b = self.b
+        index = b.sub.index
+        graph = index.graph
+        if graph is None or not st.slim_lazy or maxlen is None or self.plan.complete:
+            return None
+        off = getattr(index.deps, "off", None)
+        n = len(b.by_index)
+        if off is None or len(off) != n + 1 or index.external or len(b.new) != n or len(b.touched) != n:
+            return None
+        pos = index.pos
+        if not all(k in pos for k in b.sub.keys):
+            return None
+        return graph, off, index.deps.idx
+
+    def _run_compact(self, maxlen: int, graph: Any, off: Any, didx: Any) -> tuple:
+        """:meth:`_run_keys`' loop by graph index: the same visits, in the same
+        order, with the same changes to the task states.
+
+        Why: at 1M tasks the loop by key spent most of its time hashing
+        tuple keys (the recommendations dict, the lookups of the task
+        states) and making a log entry, with its recommendations dict, per
+        transition, though only the log's last ``maxlen`` entries are kept.
+        Here the recommendations dict holds graph indices (the same
+        insertion and pop order, so the same visits), a task's state is also
+        kept in a bytearray, a dependency's index comes from the CSR arrays
+        (or its handle), and the loop records only which task each log
+        position was; the kept tail of entries is made afterwards
+        (:meth:`_tail_entries`), each one as the loop by key makes it."""
+        st = self.state
+        b = self.b
+        plan = self.plan
+        by_index = b.by_index
+        n_tasks = len(by_index)
+        pos = b.sub.index.pos
+        # stock's initial recommendations, by index (see initial_recommendations)
+        released = [ts for ts in (by_index[pos[k]] for k in b.sub.keys) if ts._state == "released"]
+        ordered = sorted_by_priority(released) if len(released) > 1000 else None
+        if ordered is None:
+            released.sort(key=operator.attrgetter("priority"), reverse=True)
+        else:
+            released = ordered[::-1]
+        WAIT, PROC = 0, 1
+        recs = {pos[ts.key]: WAIT for ts in released}
+        state = bytearray(n_tasks)  # 0 released, 1 waiting, 2 queued
+        # per log event, the task: i (one entry) or ~i (queued: two entries)
+        events = array("q")
+        event = events.append
+        to_waiting: list = []
+        to_wait: dict = {}
+        to_queue: dict = {}
+        queuing = not math.isinf(st.WORKER_SATURATION)
+        queued = plan.queued
+        queued_at = plan.queued_at
+        handoffs = plan.handoffs
+        n = 0
+        popitem = recs.popitem
+        rootish_by_group: dict = {}
+        is_rootish = self.projected_rootish
+        handles = graph.handles
+        if queuing:
+            producer = _producers_by_index(graph)
+        while recs:
+            i, finish = popitem()
+            s = state[i]
+            if finish == WAIT:
+                if s:
+                    if s == 1:
+                        continue  # already waiting (distributed's transition does nothing)
+                    ts = by_index[i]
+                    raise AssertionError(f"replay met {ts._state} -> waiting for {ts.key!r}")  # pragma: no cover
+                # -- released -> waiting, inlined --
+                ts = by_index[i]
+                ts._state = "waiting"
+                state[i] = 1
+                event(i)
+                tg = ts.group
+                to_wait[tg] = to_wait.get(tg, 0) + 1
+                deps = ts.dependencies
+                lo = off[i]
+                width = off[i + 1] - lo
+                if width == 1:
+                    j = didx[lo]
+                    if state[j]:
+                        dts = by_index[j]
+                        w = dts.waiters
+                        if type(w) is list:
+                            w.append(ts)
+                        else:
+                            _first_waiter(dts, ts)
+                    else:
+                        recs[j] = WAIT
+                    ts.waiting_on = deps
+                elif width:
+                    for dts in deps:
+                        h = dts._spec
+                        j = h if handles is None else handles[h]
+                        if state[j]:
+                            w = dts.waiters
+                            if type(w) is list:
+                                w.append(ts)
+                            else:
+                                _first_waiter(dts, ts)
+                        else:
+                            recs[j] = WAIT
+                    ts.waiting_on = deps if type(deps) is not set else set(list(deps))
+                else:
+                    ts.waiting_on = None
+                    recs[i] = PROC
+                dependents = ts.dependents
+                if not dependents:
+                    ts.waiters = None
+                else:
+                    w = [d for d in dependents if d._state == "waiting"]
+                    if len(w) == len(dependents):
+                        ts.waiters = dependents if type(dependents) is not set else set(w)
+                    else:
+                        ts.waiters = w if w else _PENDING
+                        to_waiting.append(ts)
+                n += 1
+                continue
+            if s != 1:  # pragma: no cover
+                ts = by_index[i]
+                raise AssertionError(f"replay met {ts._state} -> processing for {ts.key!r}")
+            ts = by_index[i]
+            if queuing:
+                more = ts._x.more
+                dp = producer[i]
+                if dp == 2:
+                    dp = ts.spec_data_producer()
+                if more is NO_RARE and not dp:
+                    tg = ts.group
+                    r = rootish_by_group.get(tg)
+                    if r is None:
+                        r = rootish_by_group[tg] = is_rootish(ts, dp)
+                else:
+                    r = more._queueable and is_rootish(ts, dp)
+                if r:
+                    # -- waiting -> processing -> queued, inlined --
+                    ts._state = "queued"
+                    state[i] = 2
+                    tg = ts.group
+                    to_queue[tg] = to_queue.get(tg, 0) + 1
+                    queued_at.append(n)
+                    queued.append(ts)
+                    event(~i)
+                    n += 2
+                    continue
+            handoffs.append((n, ts))
+        entries = self._tail_entries(events, maxlen, graph, off)
+        b.scratch += (events, state)
+        return entries, n, to_waiting, to_wait, to_queue, rootish_by_group
+
+    def _tail_entries(self, events: Any, maxlen: int, graph: Any, off: Any) -> deque:
+        """The last ``maxlen`` log entries of :meth:`_run_compact`'s loop,
+        made as :meth:`_run_keys` makes them: released -> waiting with the
+        dependencies still released then (visited later) recommended
+        ``waiting`` in the task's dependency order, and the task itself
+        ``processing`` if it has no dependency; a queued task's two."""
+        import numpy as np
+
+        by_index = self.b.by_index
+        handles = graph.handles
+        # each task's log position (its released -> waiting entry)
+        ev = np.frombuffer(events, dtype=np.int64) if len(events) else np.zeros(0, dtype=np.int64)
+        one = ev >= 0
+        width = np.where(one, 1, 2)
+        visited_at = np.full(len(by_index), -1, dtype=np.int64)
+        visited_at[ev[one]] = (np.cumsum(width) - width)[one]
+        del ev, one, width
+        picked = []
+        count = 0
+        for e in reversed(events):
+            picked.append(e)
+            count += 1 if e >= 0 else 2
+            if count >= maxlen:
+                break
+        entries: deque = deque(maxlen=maxlen)
+        append = entries.append
+        for e in reversed(picked):
+            if e < 0:
+                key = by_index[~e].key
+                append((key, "waiting", "waiting", {key: "queued"}))
+                append((key, "waiting", "queued", {}))
+                continue
+            ts = by_index[e]
+            at = int(visited_at[e])
+            recs = {}
+            if off[e + 1] == off[e]:
+                recs[ts.key] = "processing"
+            else:
+                for dts in ts.dependencies:
+                    h = dts._spec
+                    j = h if handles is None else handles[h]
+                    if visited_at[j] > at:
+                        recs[dts.key] = "waiting"
+            append((ts.key, "released", "waiting", recs))
+        return entries
+
+    def _finish(self, entries: Any, n: int, to_waiting: list, to_wait: dict, to_queue: dict,
+                rootish_by_group: dict) -> Plan:
+        st = self.state
+        b = self.b
+        plan = self.plan
+        lazy = st.slim_lazy
+        sid = b.sub.stimulus_id
+        outside_waiters = plan.outside_waiters
         # waiters still being made: in stock's insertion order by now
         for ts in to_waiting:
             w = ts.waiters
