@@ -46,12 +46,15 @@ class GraphIndex:
     #: the compact graph the index was read from (``dsk`` is then None):
     #: task states keep it as their run_spec reference
     graph: Any = None
+    #: a compact graph's dependency rows as a list of tuples (``deps`` is
+    #: its CSR form), made once for the walk and the ordering
+    rows: Any = None
 
     def temporaries(self) -> list:
         """Its big containers, which nothing outlives it (see slimgraph.runtime.disposal).
         Not a compact graph's keys and dependencies: its task states keep them."""
         if self.graph is not None:
-            return [self.pos, self.reached]
+            return [self.pos, self.reached, *([] if self.rows is None else [self.rows])]
         return [self.dsk, self.keys, self.pos, self.deps, self.external, self.reached]
 
     def node(self, i: int) -> Any:
@@ -130,9 +133,11 @@ def index_compact(graph: Any, wanted: Any) -> GraphIndex:
     if len(pos) != len(keys):  # pragma: no cover - the graph's keys are unique
         raise InvalidKeyError("duplicate keys")
     external = graph.external
-    reached, outside, outside_at = _reach(wanted, pos.get, graph.deps, external, graph.dependencies)
+    rows = graph.deps.tuples()
+    reached, outside, outside_at = _reach(wanted, pos.get, rows, external, graph.dependencies)
     return GraphIndex(
-        None, keys, pos, graph.deps, external, reached, outside, graph.edges, outside_at, graph=graph
+        None, keys, pos, graph.deps, external, reached, outside, graph.edges, outside_at, graph=graph,
+        rows=rows,
     )
 
 
@@ -296,7 +301,9 @@ def _compact_order(index: GraphIndex) -> list | dict:
 
     keys = graph.keys
     n = len(keys)
-    deps: list = list(graph.deps)
+    rows = index.rows
+    # (copied only to add the outside keys' rows)
+    deps: list = list(rows if rows is not None else graph.deps) if graph.external or rows is None else rows
     data = graph.data_indices()
     dep_sets: Any = graph.dependency_sets()
     pos = index.pos
