@@ -457,12 +457,16 @@ def test_unrelated_new_keys_during_the_build_do_not_refuse():
 
 
 @pytest.mark.parametrize("change", [None, "added", "forgotten", "re-added"])
-def test_commit_adopts_the_task_dict_merged_in_the_build_thread(change):
+def test_commit_adopts_the_task_dict_merged_in_the_build_thread(change, monkeypatch):
     """A scheduler that holds a few tasks before a bigger staged build: the
-    commit adopts the dict merged in the build thread while the scheduler's
-    entries are still the ones copied, else it updates its own; either way
-    the scheduler's dict ends with ``update``'s entries in ``update``'s order."""
+    commit adopts the dict merged in the build thread (in steps of 7 here)
+    while the scheduler's entries are still the ones copied, else it updates
+    its own; either way the scheduler's dict ends with ``update``'s entries
+    in ``update``'s order."""
     from slimgraph.distributed import SlimScheduler
+    from slimgraph.ingest import apply as applier
+
+    monkeypatch.setattr(applier, "PREMERGE_STEP", 7)
 
     async def body():
         async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
