@@ -445,15 +445,9 @@ class _Replay:
         by_index = b.by_index
         n_tasks = len(by_index)
         pos = b.sub.index.pos
-        # stock's initial recommendations, by index (see initial_recommendations)
-        released = [ts for ts in (by_index[pos[k]] for k in b.sub.keys) if ts._state == "released"]
-        ordered = sorted_by_priority(released) if len(released) > 1000 else None
-        if ordered is None:
-            released.sort(key=operator.attrgetter("priority"), reverse=True)
-        else:
-            released = ordered[::-1]
         WAIT, PROC = 0, 1
-        recs = {pos[ts.key]: WAIT for ts in released}
+        # stock's initial recommendations, by index
+        recs = {pos[k]: WAIT for k in initial_recommendations(lambda k: by_index[pos[k]], b.sub.keys)}
         state = bytearray(n_tasks)  # 0 released, 1 waiting, 2 queued
         # per log event, the task: i (one entry) or ~i (queued: two entries)
         events = array("q")
