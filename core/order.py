@@ -397,6 +397,33 @@ def order_indexed(
 # ---------------------------------------------------------------------------
 
 
+def csr_rows(ptr: Any, flat: Any, seq: Any = None, many_as: Any = None) -> list:
+    """Every row ``flat[ptr[i]:ptr[i + 1]]`` of a CSR structure, as a list,
+    made in C: numpy fills an object array per class of row length (most
+    rows have one element: a 1-tuple made by ``zip``; empty rows share
+    ``()``), then turns it into a list. ``ptr`` and ``flat`` are numpy
+    arrays; rows of several elements are slices of ``seq`` (a list or an
+    array; default ``flat.tolist()``), passed through ``many_as`` if given
+    (e.g. ``tuple``)."""
+    import numpy as np
+
+    lens = np.diff(ptr)
+    obj = np.empty(len(lens), dtype=object)
+    one = np.flatnonzero(lens == 1)
+    if one.size:
+        obj[one] = np.fromiter(zip(flat[ptr[one]].tolist()), dtype=object, count=one.size)
+    zero = np.flatnonzero(lens == 0)
+    if zero.size:
+        obj[zero] = np.fromiter(repeat((), zero.size), dtype=object, count=zero.size)
+    many = np.flatnonzero(lens > 1)
+    if many.size:
+        if seq is None:
+            seq = flat.tolist()
+        rows = map(seq.__getitem__, map(slice, ptr[many].tolist(), ptr[many + 1].tolist()))
+        obj[many] = np.fromiter(rows if many_as is None else map(many_as, rows), dtype=object, count=many.size)
+    return obj.tolist()
+
+
 def _roots_of_private_tree(pdeps: Sequence, deps: Iterable[int]) -> frozenset:
     """Roots above a task whose ancestors each have exactly one dependent
     (a private in-tree, so no root is met twice): walk up from ``deps``."""
@@ -665,20 +692,7 @@ class _Orderer:
 
         lens, flat, tgt, dptr, outdeg = self.edge_arrays(self.deps)
         self.csr = (lens, flat, tgt, dptr, outdeg)
-        n = self.n
-        obj = np.empty(n, dtype=object)
-        one = np.flatnonzero(outdeg == 1)
-        if one.size:
-            obj[one] = np.fromiter(zip(tgt[dptr[one]].tolist()), dtype=object, count=one.size)
-        zero = np.flatnonzero(outdeg == 0)
-        if zero.size:
-            obj[zero] = np.fromiter(repeat((), zero.size), dtype=object, count=zero.size)
-        many = np.flatnonzero(outdeg > 1)
-        if many.size:
-            tl = tgt.tolist()
-            cuts = map(slice, dptr[many].tolist(), dptr[many + 1].tolist())
-            obj[many] = np.fromiter(map(tl.__getitem__, cuts), dtype=object, count=many.size)
-        return obj.tolist()
+        return csr_rows(dptr, tgt)
 
     def edge_arrays(self, pdeps):
         """Edges as arrays: ``lens[i]`` dependencies of ``i``, listed in

@@ -283,7 +283,6 @@ class _Replay:
         popitem = recs.popitem
         update = recs.update
         rootish_by_group: dict = {}
-        is_rootish = self.projected_rootish
         # spec_data_producer by the task's segment, where that decides it
         # (CompactGraph.producer_flags): one list read instead of four calls
         graph = b.sub.index.graph
@@ -370,10 +369,6 @@ class _Replay:
                 continue
             if finish == "processing" and start == "waiting":
                 if queuing:
-                    # is_rootish depends on the task only through restrictions
-                    # and run_spec.data_producer, otherwise on its group, which
-                    # does not change during an ingestion.
-                    more = ts._x.more
                     if ts._graph is graph and graph is not None:
                         h = ts._spec
                         dp = flags[codes[h if handles is None else handles[h]] >> SHIFT]
@@ -381,14 +376,7 @@ class _Replay:
                             dp = ts.spec_data_producer()
                     else:
                         dp = ts.spec_data_producer()
-                    if more is NO_RARE and not dp:
-                        tg = ts.group
-                        r = rootish_by_group.get(tg)
-                        if r is None:
-                            r = rootish_by_group[tg] = is_rootish(ts, dp)
-                    else:
-                        r = more._queueable and is_rootish(ts, dp)
-                    if r:
+                    if self._queues(ts, dp, rootish_by_group):
                         # -- waiting -> processing -> queued, inlined --
                         ts._state = "queued"
                         tg = ts.group
@@ -462,7 +450,6 @@ class _Replay:
         n = 0
         popitem = recs.popitem
         rootish_by_group: dict = {}
-        is_rootish = self.projected_rootish
         handles = graph.handles
         if queuing:
             producer = _producers_by_index(graph)
@@ -485,7 +472,7 @@ class _Replay:
                 deps = ts.dependencies
                 lo = off[i]
                 width = off[i + 1] - lo
-                if width == 1:
+                if width == 1:  # (the loop below, written out for the commonest row)
                     j = didx[lo]
                     if state[j]:
                         dts = by_index[j]
@@ -530,18 +517,10 @@ class _Replay:
                 raise AssertionError(f"replay met {ts._state} -> processing for {ts.key!r}")
             ts = by_index[i]
             if queuing:
-                more = ts._x.more
                 dp = producer[i]
                 if dp == 2:
                     dp = ts.spec_data_producer()
-                if more is NO_RARE and not dp:
-                    tg = ts.group
-                    r = rootish_by_group.get(tg)
-                    if r is None:
-                        r = rootish_by_group[tg] = is_rootish(ts, dp)
-                else:
-                    r = more._queueable and is_rootish(ts, dp)
-                if r:
+                if self._queues(ts, dp, rootish_by_group):
                     # -- waiting -> processing -> queued, inlined --
                     ts._state = "queued"
                     state[i] = 2
@@ -649,6 +628,21 @@ class _Replay:
         self._order_queue_run()
         b.scratch += (to_waiting, rootish_by_group)
         return plan
+
+    def _queues(self, ts: Any, data_producer: Any, by_group: dict) -> bool:
+        """Whether the ready task ``ts`` is root-ish, so queued (distributed's
+        ``is_rootish``, projected). It depends on the task only through its
+        restrictions and ``run_spec.data_producer``, otherwise on its group,
+        which does not change during an ingestion: decided once per group
+        (``by_group``) for tasks with neither."""
+        more = ts._x.more
+        if more is NO_RARE and not data_producer:
+            tg = ts.group
+            r = by_group.get(tg)
+            if r is None:
+                r = by_group[tg] = self.projected_rootish(ts, data_producer)
+            return r
+        return more._queueable and self.projected_rootish(ts, data_producer)
 
     def projected_rootish(self, ts: Any, data_producer: bool | None = None) -> bool:
         """``SchedulerState.is_rootish`` as it will be once the scheduler's
