@@ -301,9 +301,8 @@ def _compact_order(index: GraphIndex) -> list | dict:
 
     keys = graph.keys
     n = len(keys)
-    rows = index.rows
-    # (copied only to add the outside keys' rows)
-    deps: list = list(rows if rows is not None else graph.deps) if graph.external or rows is None else rows
+    rows = index.rows if index.rows is not None else graph.deps.tuples()
+    deps: list = list(rows) if graph.external else rows  # (copied to add the outside keys' rows)
     data = graph.data_indices()
     dep_sets: Any = graph.dependency_sets()
     pos = index.pos

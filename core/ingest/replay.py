@@ -220,13 +220,19 @@ def blame(touched: list, recs: dict) -> None:
                 break
 
 
-def _first_waiter(dts: Any, ts: Any) -> None:
-    """``ts`` is the first later waiter of ``dts``, made waiting earlier by
-    the replay (its waiters: _PENDING). Anything else would be a task
-    known before this submission, which a compact replay never meets."""
-    if dts.waiters is not _PENDING:  # pragma: no cover
+def _joins_waiters(dts: Any, ts: Any) -> None:
+    """``ts`` waits on ``dts``, made waiting earlier by the replay: it joins
+    the waiters being collected (a list), or starts them (``_PENDING``).
+    Anything else would be a task known before this submission, which a
+    compact replay never meets. (Rare in a top-down visit: a dependency is
+    mostly still released when its dependent is visited.)"""
+    w = dts.waiters
+    if type(w) is list:
+        w.append(ts)
+    elif w is _PENDING:
+        dts.waiters = [ts]
+    else:  # pragma: no cover
         raise AssertionError(f"replay: {dts.key!r} gains a waiter after its waiters were final")
-    dts.waiters = [ts]
 
 
 def _producers_by_index(graph: Any) -> bytearray:
@@ -475,12 +481,7 @@ class _Replay:
                 if width == 1:  # (the loop below, written out for the commonest row)
                     j = didx[lo]
                     if state[j]:
-                        dts = by_index[j]
-                        w = dts.waiters
-                        if type(w) is list:
-                            w.append(ts)
-                        else:
-                            _first_waiter(dts, ts)
+                        _joins_waiters(by_index[j], ts)
                     else:
                         recs[j] = WAIT
                     ts.waiting_on = deps
@@ -489,11 +490,7 @@ class _Replay:
                         h = dts._spec
                         j = h if handles is None else handles[h]
                         if state[j]:
-                            w = dts.waiters
-                            if type(w) is list:
-                                w.append(ts)
-                            else:
-                                _first_waiter(dts, ts)
+                            _joins_waiters(dts, ts)
                         else:
                             recs[j] = WAIT
                     ts.waiting_on = deps if type(deps) is not set else set(list(deps))
