@@ -152,3 +152,43 @@ def test_a_task_queued_again_comes_out_where_heapset_puts_it():
     while ref:
         assert idx(q.pop()) == idx(ref.pop())
     assert not q
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=30, unique=True),
+    st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=6),
+    st.lists(st.integers(0, 40), max_size=4),
+)
+def test_staged_runs_merged_after_other_adds_as_heapset(run_orders, meanwhile, before):
+    """A staged run of distinct priorities shares one sequence number
+    (``staged_run``); tasks queued between its reservation and its merge
+    (some with a priority equal to one of the run's) were queued first and
+    win the ties, as in HeapSet, where the run's tasks are added at the
+    merge. ``merge_staged`` moves the shared number in one step."""
+    from slimgraph.model.queue import SharedSeq, staged_run
+
+    prios = [(0, 1, o) for o in before] + [(0, 1, o) for o, _ in meanwhile] + [(0, 1, o) for o in run_orders]
+    tasks = make_tasks(prios)
+    refs = [Ref(i, p) for i, p in enumerate(prios)]
+    q = TaskQueue()
+    ref = HeapSet(key=operator.attrgetter("priority"))
+    nb, nm = len(before), len(meanwhile)
+    for i in range(nb):
+        q.add(tasks[i])
+        ref.add(refs[i])
+    run = tasks[nb + nm:]
+    base = q.reserve(len(run))
+    ordered = staged_run(run, base)
+    assert all(type(ts._qseq) is SharedSeq for ts in run) and len({id(ts._qseq) for ts in run}) == 1
+    for k, (_, deferred) in enumerate(meanwhile):  # queued during the build
+        i = nb + k
+        (q.add_deferred if deferred else q.add)(tasks[i])
+        ref.add(refs[i])
+    q.merge_staged(set(run), ordered, base, len(run))
+    for i in range(nb + nm, len(tasks)):
+        ref.add(refs[i])
+    assert [idx(x) for x in q.sorted()] == [idx(x) for x in ref.sorted()]
+    while ref:
+        assert idx(q.pop()) == idx(ref.pop())
+    assert not q
