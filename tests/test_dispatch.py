@@ -563,6 +563,81 @@ def test_other_clients_tasks_sent_between_shadow_and_commit(monkeypatch, held, m
     asyncio.run(body())
 
 
+@pytest.mark.parametrize("sliced", [False, True], ids=["at-the-commit", "in-slices-after-it"])
+def test_build_moved_to_a_new_generation_after_its_shadow(monkeypatch, sliced):
+    """Another client's submission starts a new generation between the
+    shadow and the commit (as the second client of a real-use run does):
+    the build's priorities move to it (``apply.rehead``), and the
+    ``compute-task`` messages the shadow already made carry the new
+    priorities when they are published in bulk, at the commit or by the
+    slices after it (which take the shadow's messages), as stock's carry
+    the generation it was at."""
+    from time import time
+
+    from distributed import Future
+
+    import slimgraph.ingest.apply as applier
+    import slimgraph.ingest.pipeline as pipeline
+    from slimgraph import shim
+
+    real = pipeline.Pipeline._rehead_while_clock_moves
+    real_rehead = applier.rehead
+    moved_to = []
+
+    def later(s):
+        # the other submission's generation, its clock in the future: the
+        # graph's own submission, right after, stays in it (stock's rule)
+        gen = shim.generation_clock(s)[0] + 5
+        shim.set_generation_clock(s, gen, time() + 600)
+        return gen
+
+    async def after_the_shadow(self, b, plan):  # on the loop, just before the commit
+        if self.target is bulk and plan.dispatch is not None:
+            moved_to.append(later(self.target))
+        return await real(self, b, plan)
+
+    reheads = []
+
+    def rehead(b, plan, gen):
+        reheads.append((gen, plan.dispatch is not None))
+        return real_rehead(b, plan, gen)
+
+    async def body():
+        nonlocal bulk
+        async with (SlicedTrio if sliced else Trio)((1, 1)) as t:
+            keys = _held_keys(t, lambda i: [i % 2], n=60 if sliced else 8)
+            bulk = t.s["bulk"]
+            for s in (t.s["stock"], t.s["one-by-one"]):
+                later(s)
+            monkeypatch.setattr(pipeline.Pipeline, "_rehead_while_clock_moves", after_the_shadow)
+            monkeypatch.setattr(applier, "rehead", rehead)
+
+            def make(c):
+                return c.compute([delayed(inc)(Future(k, c), dask_key_name=("on-held", i)) for i, k in enumerate(keys)])
+
+            views = await t.submit(make)
+            assert moved_to and reheads == [(moved_to[0], True)]  # moved once, after the shadow
+            views = _without_future_tokens(views)
+            if sliced:  # the tail's log entries come after the commit's
+                stock = views["stock"]
+                for kind in ("bulk", "one-by-one"):
+                    assert_same(stock["snapshot"], views[kind]["snapshot"], ignore=("clients",))
+                    for name in stock:
+                        if name not in ("snapshot", "log"):
+                            assert stock[name] == views[kind][name], (kind, name)
+                    assert _by_key(stock["log"]) == _by_key(views[kind]["log"]), kind
+                tails = bulk.slim_tails
+                assert tails is not None and tails.slices > 1 and tails.sent > 20
+            else:
+                assert_all_same(views)
+            assert bulk.slim_dispatched > 0  # published in bulk, from the shadow's messages
+            prios = [m["priority"] for ms in views["bulk"]["sent"].values() for m in ms]
+            assert prios and all(p[1] == moved_to[0] for p in prios)
+
+    bulk = None
+    asyncio.run(body())
+
+
 def test_a_big_commits_messages_reach_each_worker_in_slices_in_order(monkeypatch):
     """Real workers; ``slimgraph.pace-messages: 3``. The commit's
     ``compute-task`` messages reach each worker's stream three at a time

@@ -168,6 +168,10 @@ class Dispatch:
     #: the message made for each hand-off, by index (a whole-plan shadow;
     #: None elsewhere): slices after the commit take them (:func:`shadow`)
     msg_at: list | None = None
+    #: its messages carry priorities of an older generation: the build was
+    #: moved to a new one after they were made (slimgraph.ingest.apply.rehead),
+    #: and publishing writes each task's priority into its message
+    stale_priorities: bool = False
 
     def current(self, state: Any, b: Any = None) -> bool:
         """Whether the workers and the prefix durations are as the shadow
@@ -470,6 +474,7 @@ def shadow(
         start=start,
         end=ni,
         msg_at=msg_at,
+        stale_priorities=old_msgs is not None and reuse.stale_priorities,
     )
 
 
@@ -576,9 +581,12 @@ def _publish_run(
     stimulus = f"compute-task-{now}"
     next_run_id = shim.next_run_id
     span = d.has_span_id
+    stale = d.stale_priorities
     # per task, in the order stock sends them: where it runs, its run id,
     # the message fields only known now
     for ts, msg, w in zip(run.order, run.order_msgs, run.order_workers):
+        if stale and "priority" in msg:
+            msg["priority"] = ts.priority
         x = ts._x
         x.processing_on = workers[w]
         x.run_id = msg["run_id"] = next_run_id()
