@@ -771,3 +771,30 @@ def test_local_feed_reads_records_and_status_while_the_loop_is_busy():
     assert len(recs) == 1 and st["tasks"] == 1 and st["kind"] == "stock"
     assert fast < 1.0, fast
     assert waited and census.ntasks == 1
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_times = st.floats(0, 100, allow_nan=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(_times, st.floats(0.001, 30, allow_nan=False)), max_size=40),
+    st.lists(st.tuples(_times, st.floats(0, 20, allow_nan=False)), max_size=6),
+)
+def test_a_phases_longest_block_is_the_longest_overlap_of_any_block(blocks, runs):
+    """``PhaseRecord.longest_overlap`` looks only at the blocks that can
+    overlap each run of the phase; it finds what comparing every block with
+    every run finds."""
+    from slimgraph.instrument.records import PhaseRecord
+
+    blocks = sorted(blocks)  # the loop monitor's are in time order
+    p = PhaseRecord("transitions")
+    p.spans = [(a, a + d) for a, d in runs]
+    brute = 0.0
+    for end, dur in blocks:
+        for a, b in p.spans:
+            brute = max(brute, min(end, b) - max(end - dur, a))
+    assert p.longest_overlap(blocks) == brute
