@@ -135,10 +135,8 @@ class SlimgraphExtension:
             blocks = [b for b in mon.blocks if b[0] > mark]
             now = time.perf_counter()
             blocks.append((now, max(0.0, now - mon.last_tick - mon.interval)))  # in progress
-            ends = [e for e, _ in blocks]
-            longest = max(d for _, d in blocks)
             for p in record.phases:
-                p.longest_block_s = p.longest_overlap(blocks, ends, longest)
+                p.longest_block_s = p.longest_overlap(blocks)
             if mon.blame:
                 causes = longest_by_cause(mon.causes_since(mark))
                 running = blocks[-1][1]

@@ -13,14 +13,13 @@ its time to.
 """
 from __future__ import annotations
 
-from bisect import bisect_right
-
 import gc
 import itertools
 import os
 import threading
 import time
 import tracemalloc
+from bisect import bisect_right
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
@@ -117,21 +116,18 @@ class PhaseRecord:
         # it stays out of rows and JSON
         self.spans: list = []
 
-    def longest_overlap(self, blocks: Any, ends: Any = None, longest: float | None = None) -> float:
+    def longest_overlap(self, blocks: Any) -> float:
         """Longest part of any ``(end, duration)`` block inside this phase.
 
-        ``blocks`` in time order, as the loop monitor keeps them; ``ends``
-        (their ends) and ``longest`` (their longest duration) if the caller
-        has them. Per run of the phase only the blocks that can overlap it
-        are looked at (found by bisection): every block against every run,
-        for every phase, took 0.1-0.28 s of the event loop at the end of a
-        real-use 1M submission (thousands of blocks over a minute)."""
+        ``blocks`` in time order, as the loop monitor keeps them. Per run of
+        the phase only the blocks that can overlap it are looked at (found
+        by bisection): every block against every run, for every phase, took
+        0.1-0.28 s of the event loop at the end of a real-use 1M submission
+        (thousands of blocks over a minute)."""
         if not blocks or not self.spans:
             return 0.0
-        if ends is None:
-            ends = [e for e, _ in blocks]
-        if longest is None:
-            longest = max(d for _, d in blocks)
+        ends = [e for e, _ in blocks]
+        longest = max(d for _, d in blocks)
         best = 0.0
         n = len(blocks)
         for a, b in self.spans:
