@@ -618,14 +618,8 @@ def test_build_moved_to_a_new_generation_after_its_shadow(monkeypatch, sliced):
             views = await t.submit(make)
             assert moved_to and reheads == [(moved_to[0], True)]  # moved once, after the shadow
             views = _without_future_tokens(views)
-            if sliced:  # the tail's log entries come after the commit's
-                stock = views["stock"]
-                for kind in ("bulk", "one-by-one"):
-                    assert_same(stock["snapshot"], views[kind]["snapshot"], ignore=("clients",))
-                    for name in stock:
-                        if name not in ("snapshot", "log"):
-                            assert stock[name] == views[kind][name], (kind, name)
-                    assert _by_key(stock["log"]) == _by_key(views[kind]["log"]), kind
+            if sliced:
+                _assert_same_but_log_order(views)
                 tails = bulk.slim_tails
                 assert tails is not None and tails.slices > 1 and tails.sent > 20
             else:
@@ -737,6 +731,20 @@ def _validate(s) -> None:
         s.validate_key(key, ts)
 
 
+def _assert_same_but_log_order(views: dict) -> None:
+    """Both slim views equal stock's, the transition log compared per key
+    (a tail's entries come after the commit's, not interleaved)."""
+    stock = views["stock"]
+    for kind in ("bulk", "one-by-one"):
+        v = views[kind]
+        assert_same(stock["snapshot"], v["snapshot"], ignore=("clients",))
+        for name in stock:
+            if name not in ("snapshot", "log"):
+                assert stock[name] == v[name], (kind, name)
+        assert sorted(stock["log"], key=repr) == sorted(v["log"], key=repr), kind
+        assert _by_key(stock["log"]) == _by_key(v["log"]), kind
+
+
 def _by_key(log: list) -> dict:
     out: dict = {}
     for key, start, finish, recs in log:
@@ -789,15 +797,8 @@ def test_ready_tasks_sent_in_slices_after_the_commit_make_stocks_choices(case):
     async def body():
         async with SlicedTrio(nthreads) as t:
             views = await t.submit(lambda c: c.compute(make(2000)))
-            stock = views["stock"]
+            _assert_same_but_log_order(views)
             for kind in ("bulk", "one-by-one"):
-                v = views[kind]
-                assert_same(stock["snapshot"], v["snapshot"], ignore=("clients",))
-                for name in stock:
-                    if name not in ("snapshot", "log"):
-                        assert stock[name] == v[name], (kind, name)
-                assert sorted(stock["log"], key=repr) == sorted(v["log"], key=repr), kind
-                assert _by_key(stock["log"]) == _by_key(v["log"]), kind
                 tails = t.s[kind].slim_tails
                 assert tails is not None and tails.slices > 3 and tails.sent > 100, kind
                 assert get_history(t.s[kind]).latest().ingestion == "staged"
