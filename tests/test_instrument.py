@@ -773,7 +773,7 @@ def test_local_feed_reads_records_and_status_while_the_loop_is_busy():
     assert waited and census.ntasks == 1
 
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _times = st.floats(0, 100, allow_nan=False)
@@ -784,6 +784,8 @@ _times = st.floats(0, 100, allow_nan=False)
     st.lists(st.tuples(_times, st.floats(0.001, 30, allow_nan=False)), max_size=40),
     st.lists(st.tuples(_times, st.floats(0, 20, allow_nan=False)), max_size=6),
 )
+# (found by hypothesis: a run shorter than the rounding of ``b + longest``)
+@example(blocks=[(1.0, 1.0)], runs=[(0.0, 1.946036951864938e-301)])
 def test_a_phases_longest_block_is_the_longest_overlap_of_any_block(blocks, runs):
     """``PhaseRecord.longest_overlap`` looks only at the blocks that can
     overlap each run of the phase; it finds what comparing every block with

@@ -132,12 +132,13 @@ class PhaseRecord:
         n = len(blocks)
         for a, b in self.spans:
             # a block overlaps [a, b] if it ends after a and starts before
-            # b; it starts at most ``longest`` before its end
+            # b; it starts at most ``longest`` before its end (compared as
+            # ``end - longest``, which rounds the way ``end - dur`` does:
+            # ``b + longest`` can round down onto a block that overlaps)
             j = bisect_right(ends, a)
-            limit = b + longest
             while j < n:
                 end, dur = blocks[j]
-                if end >= limit:
+                if end - longest >= b:
                     break
                 overlap = min(end, b) - max(end - dur, a)
                 if overlap > best:
