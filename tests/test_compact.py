@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from slimgraph import workloads
 from slimgraph.ingest.compact import CompactGraph, materialize
 from slimgraph.ingest.compact.graph import SHIFT
+from slimgraph.ingest.compact.packed import INT, ORDER, REF, PackedSource, remake_keys
 from slimgraph.ingest.compact.blockwise import BlockwiseLayer
 from slimgraph.order import order_indexed
 
@@ -448,6 +449,102 @@ def test_validate_rejects_bad_keys():
     header, frames, keys = submission(workloads.array(50))
     g = materialize(deserialize(header, frames), keys, False, validate=True)
     assert len(g) > 0
+
+
+# ---------------------------------------------------------------------------
+# delayed tasks kept packed (slimgraph.ingest.compact.packed)
+# ---------------------------------------------------------------------------
+
+
+def _sources(g):
+    packed = [s for s in g.segments if isinstance(s, PackedSource)]
+    kept = [v for s in g.segments if type(s).__name__ == "ValueSource" for v in s.values if v is not None]
+    return packed, kept
+
+
+def test_delayed_tree_packed_whole():
+    """The bench's delayed tree keeps no Task: every task packed, run_specs
+    built equal to stock's (dependency frozensets in stock's iteration
+    order, which for some fan-in nodes takes an explicit insertion order)."""
+    g = compare(workloads.delayed(3000))
+    packed, kept = _sources(g)
+    assert len(packed) == 1 and len(packed[0]) == len(g) and not kept
+    tags = [x & 3 for x in packed[0].items]
+    assert ORDER in tags and REF in tags and INT in tags
+
+
+def _mixed():
+    inc = dask.delayed(lambda v: v + 1, pure=True)
+    f = dask.delayed(lambda *a, **k: (a, k), pure=True)
+    a = inc(1)
+    b = inc(a)
+    return [
+        f(a, a, b),  # a reference twice
+        f(a, 2.5, "s", None, True, -(1 << 62), 1 << 61, -7),  # literals: kept as objects, or as ints
+        f(a, key=b),  # keyword arguments: left as it arrived
+        f([a, b]),  # a nested node: left as it arrived
+        f(a, b, inc(b), inc(inc(b)), inc(3), inc(4)),  # six dependencies
+    ]
+
+
+def test_delayed_arguments_packed_or_left():
+    g = compare(*_mixed())
+    packed, kept = _sources(g)
+    assert len(packed) == 1 and len(packed[0]) > 0
+    # the keyword and nested-node tasks stay Tasks (and the finalize task)
+    assert 2 <= len(kept) <= 4, kept
+    assert all(isinstance(v, Task) for v in kept)
+    objects = packed[0].objects
+    assert 2.5 in objects and "s" in objects and None in objects
+    assert any(o is True for o in objects) and -(1 << 62) in objects
+
+
+def test_future_inside_delayed_packed(client):
+    """A reference to a key outside the graph (a Future) is kept as an
+    object; the task's dependencies still include it, in stock's order."""
+    fut = client.submit(operator.add, 1, 2)
+    add = dask.delayed(lambda *v: sum(v), pure=True)
+    inc = dask.delayed(lambda v: v + 1, pure=True)
+    a = inc(1)
+    g = compare(add(fut, a, inc(a), 5), same_object=True)
+    packed, _ = _sources(g)
+    assert g.external and len(packed) == 1
+    assert any(isinstance(o, TaskRef) for o in packed[0].objects)
+
+
+def test_packed_run_specs_compute(client):
+    """Packed run_specs pickle and run on a real worker."""
+    x = workloads.delayed(200)
+    header, frames, keys = submission(x)
+    g = materialize(deserialize(header, frames), keys, False)
+    assert _sources(g)[0]
+    dsk = {g.keys[i]: pickle.loads(pickle.dumps(g.run_spec(i))) for i in range(len(g))}
+    (out,) = keys
+    assert client.get(dsk, out) == x.compute(scheduler="sync")
+
+
+def test_packed_release():
+    header, frames, keys = submission(workloads.delayed(100))
+    g = materialize(deserialize(header, frames), keys, False)
+    (packed,), _ = _sources(g)
+    n = len(g)
+    for i in range(n - 1):
+        g.release(i)
+        assert g.run_spec(n - 1).key == g.keys[n - 1]
+    g.release(n - 1)
+    assert all(s is None for s in g.segments)
+
+
+def test_remake_keys():
+    keys = ["a-1", "b-2", ("x", 1), "c\0d", "e"]
+    copy = list(keys)
+    remake_keys.__globals__["REMAKE_STEP"], old = 2, remake_keys.__globals__["REMAKE_STEP"]
+    try:
+        made = remake_keys(copy)
+    finally:
+        remake_keys.__globals__["REMAKE_STEP"] = old
+    assert copy == keys and made == 3  # ("a-1", "b-2") and ("e",) made again
+    assert copy[0] is not keys[0] and copy[2] is keys[2] and copy[3] is keys[3]
 
 
 # ---------------------------------------------------------------------------

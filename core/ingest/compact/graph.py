@@ -11,7 +11,9 @@ segment is one of
 * :class:`FusedSource` -- linear chains fused the way
   ``fuse_linear_task_spec`` fuses them (position: the chain);
 * :class:`AliasSource` -- the ``Alias`` that fusion leaves at a chain's
-  top key, pointing to the fused task.
+  top key, pointing to the fused task;
+* :class:`~.packed.PackedSource` -- plain ``Task`` nodes (a delayed graph's)
+  packed into arrays once the graph is numbered (position: the task).
 
 ``run_spec(i)`` builds the node dask would have built for task ``i``;
 ``data_producer(i)``, ``truthy(i)`` and ``is_data(i)`` answer without
@@ -56,7 +58,8 @@ class LayerReport:
     type: str
     #: ``compact``: read from the layer without materializing it;
     #: ``kept``: dask's objects kept as they arrived (nodes in a
-    #: materialized layer, legacy tuples converted when read);
+    #: materialized layer, legacy tuples converted when read), plain
+    #: ``Task`` nodes packed into arrays (:mod:`.packed`);
     #: ``dask``: materialized by dask itself
     path: str
     tasks: int
@@ -262,6 +265,8 @@ def _constant_producer(seg: Any) -> bool | None:
     if t is BlockSource:
         return bool(seg.view.data_producer)
     if t is AliasSource:
+        return False
+    if t.__name__ == "PackedSource":  # (its module imports this one)
         return False
     return None
 

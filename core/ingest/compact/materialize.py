@@ -45,6 +45,7 @@ from .cull import cull_locations, read_all
 from .fuse import fuse_linear
 from .graph import NODE, SHIFT, CompactGraph, FusedSource, ValueSource
 from .layers import GraphLayers
+from .packed import pack, remake_keys
 from .legacy import LegacyReader
 from .stock import stock_graph
 from .unsupported import OrderDependent, Unsupported
@@ -254,4 +255,8 @@ def _merge(ops: list, validate: bool) -> CompactGraph:
     for o in ops:
         for obj, key in o.part.slices:
             _optimize_slices({key: obj})
+    # (last: packing reads each task's dependencies as indices, and the
+    # keys made again are the ones every later step shares)
+    pack(graph)
+    remake_keys(graph.keys)
     return graph

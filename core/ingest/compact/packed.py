@@ -1,0 +1,333 @@
+"""Tasks kept packed in arrays: a delayed graph's run_specs without an object each.
+
+Why. A delayed submission arrives as one pickled ``Task`` per Delayed
+object. Kept as they were decoded, those tasks and their keys hold most of
+what the scheduler's process grows by (1M delayed tree, 812k tasks: 1,700
+B/task in all, of which ~470 B in the live ``Task`` objects, their argument
+tuples and dependency frozensets), and they pin more than that: they were
+allocated between the decode's temporaries, so the heap pages they sit on
+cannot be returned once the temporaries go (the decoded layers alone,
+keys and tasks kept: 1,515 B/task; keys only: 345; keys made again after
+the decode: 159).
+
+What. :func:`pack` moves every plain ``Task`` a :class:`ValueSource` kept
+(no keyword arguments, not a data producer, not a member of a fused chain)
+into a :class:`PackedSource`: its function as an index into a list of the
+distinct functions, and its arguments as tagged 64-bit integers in one
+array -- a reference to another task of the graph by that task's index, a
+small ``int`` by its value, anything else (literals, references to keys
+outside the graph, nested nodes) as an index into a list that keeps the
+object as it arrived. Reading the run_spec builds ``Task(key, func,
+*args)``: the node dask builds for these arguments, equal to the decoded
+one (``==`` and the same token: both are made of the function, the
+arguments and the keyword arguments). The one thing not kept is the
+iteration order of the decoded dependency frozenset (the same keys); what
+the scheduler orders by it, the edges, was read from it before (see
+:mod:`.assemble`).
+
+:func:`remake_keys` then makes the graph's string keys again, one string
+of each step's keys joined and split, so the keys the scheduler keeps sit
+together on fresh pages instead of among the decode's garbage.
+"""
+from __future__ import annotations
+
+from array import array
+from itertools import permutations
+from typing import Any
+
+from slimgraph.shim.compact import GraphNode, Task, TaskRef
+from .graph import MASK, NODE, SHIFT, FusedSource, ValueSource
+
+#: item tags (the low two bits of an item): an argument that references a
+#: task of the graph (by its index), an int argument (by its value), an
+#: argument kept as an object; and, after a task's arguments, positions of
+#: arguments whose keys, inserted in that order, make the dependency
+#: frozenset the task arrived with (only where the argument order does not)
+REF, INT, OBJ, ORDER = 0, 1, 2, 3
+_TAG_BITS = 2
+_INT_LIMIT = 1 << 60
+#: dependency sets up to this size are searched for an insertion order
+_MAX_SEARCH = 5
+
+_new = Task.__new__
+_NO_DEPS: frozenset = frozenset()
+#: whether ``Task``'s slots are the ones :meth:`PackedSource.build` sets
+#: (dask 2026.3 to 2026.8); otherwise it calls ``Task.__init__``
+_SLOTS_AS_KNOWN = sorted(Task.get_all_slots()) == [
+    "_data_producer", "_dependencies", "_is_coro", "_repr", "_token", "args", "func", "key", "kwargs",
+]
+
+#: keys per step of :func:`remake_keys` (one join and one split each)
+REMAKE_STEP = 50_000
+
+
+class PackedSource:
+    """Plain tasks as arrays; ``build`` makes the ``Task``."""
+
+    __slots__ = ("funcs", "fidx", "off", "items", "objects", "live", "_func_ids")
+
+    def __init__(self) -> None:
+        self.funcs: list = []
+        self._func_ids: dict = {}
+        #: per task: index into funcs
+        self.fidx = array("l")
+        #: per task: where its items start in items (and one past the end)
+        self.off = array("q", [0])
+        self.items = array("q")
+        #: arguments kept as objects (tag OBJ)
+        self.objects: list = []
+        self.live = 0
+
+    def __len__(self) -> int:
+        return len(self.fidx)
+
+    def build(self, graph: Any, i: int, local: int) -> Any:
+        """The ``Task`` as it arrived: its slots set as ``Task.__init__``
+        sets them (0.4 us less a task than calling it: this runs once per
+        task sent to a worker), its dependency frozenset made by inserting
+        the keys in an order that gives the same iteration order."""
+        keys = graph.keys
+        off = self.off
+        args: list = []
+        deps: list = []
+        order = None
+        plain = True
+        for x in self.items[off[local] : off[local + 1]]:
+            tag = x & 3
+            if tag == REF:
+                k = keys[x >> _TAG_BITS]
+                args.append(TaskRef(k))
+                deps.append(k)
+            elif tag == INT:
+                args.append(x >> _TAG_BITS)
+            elif tag == OBJ:
+                args.append(self.objects[x >> _TAG_BITS])
+                plain = False
+            else:
+                if order is None:
+                    order = []
+                order.append(args[x >> _TAG_BITS].key)
+        if not plain:  # (a reference to a key outside the graph is an object)
+            deps = [a.key for a in args if isinstance(a, TaskRef)]
+        func = self.funcs[self.fidx[local]]
+        if _SLOTS_AS_KNOWN:
+            t = _new(Task)
+            t.key = keys[i]
+            t.func = func
+            t.args = tuple(args)
+            t.kwargs = {}
+            t._is_coro = None
+            t._token = None
+            t._repr = None
+            t._data_producer = False
+        else:
+            t = Task(keys[i], func, *args)
+        if order is not None:
+            t._dependencies = frozenset(order)
+        else:
+            t._dependencies = frozenset(deps) if deps else _NO_DEPS
+        return t
+
+    def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:  # pragma: no cover
+        raise AssertionError("packed tasks are never members of a fused chain")
+
+    def data_producer(self, local: int) -> bool:
+        return False
+
+    def is_data(self, local: int) -> bool:
+        return False
+
+    def truthy(self, local: int) -> bool:
+        return True
+
+    def release(self, local: int) -> bool:
+        self.live -= 1
+        return self.live <= 0
+
+
+def pack(graph: Any) -> int:
+    """Move the plain tasks of ``graph``'s :class:`ValueSource` segments
+    into one :class:`PackedSource` (appended to its segments, the tasks'
+    codes pointing there). Returns how many tasks it packed.
+
+    A task is plain when it is a ``Task`` (not a subclass) without keyword
+    arguments, not a data producer, no argument a nested node, and its
+    dependency frozenset can be made again from its reference arguments.
+    Written out in one frame: it runs once per task of a delayed graph,
+    812k times at 1M."""
+    segments = graph.segments
+    vsegs = {n for n, seg in enumerate(segments) if type(seg) is ValueSource}
+    if not vsegs:
+        return 0
+    # values a fused chain reads by their code stay where they are
+    members: set = set()
+    for seg in segments:
+        if type(seg) is FusedSource:
+            for member_codes, _keys in seg.records:
+                members.update(member_codes)
+    packed = PackedSource()
+    head = len(segments) << SHIFT
+    codes = graph.codes
+    keys = graph.keys
+    off = graph.deps.off
+    idx = graph.deps.idx
+    items = packed.items
+    append = items.append
+    objects = packed.objects
+    fidx = packed.fidx
+    poff = packed.off
+    funcs = packed.funcs
+    func_ids = packed._func_ids
+    n = 0
+    last_seg = -1
+    src = values = kinds = None
+    for i, code in enumerate(codes):
+        s = code >> SHIFT
+        if s != last_seg:
+            if s not in vsegs:
+                continue
+            last_seg = s
+            src = segments[s]
+            values = src.values
+            kinds = src.kinds
+        local = code & MASK
+        if kinds[local] != NODE or (members and code in members):
+            continue
+        v = values[local]
+        if type(v) is not Task or v.kwargs or v._data_producer:
+            continue
+        a = off[i]
+        b = off[i + 1]
+        args = v.args
+        # the common shapes first: a delayed graph's leaves (one literal)
+        # and chains (one reference to the task before)
+        if len(args) == 1:
+            x = args[0]
+            t = type(x)
+            if b == a:
+                if t is int and -_INT_LIMIT <= x < _INT_LIMIT and not v._dependencies:
+                    append((x << _TAG_BITS) | INT)
+                    ok = True
+                else:
+                    ok = _pack_args(v, args, None, -1, None, items, objects)
+            elif b - a == 1 and t is TaskRef:
+                j0 = idx[a]
+                k = x.key
+                if (k is keys[j0] or k == keys[j0]) and len(v._dependencies) == 1:
+                    append(j0 << _TAG_BITS)
+                    ok = True
+                else:
+                    ok = _pack_args(v, args, keys[j0], j0, None, items, objects)
+            else:
+                ok = _pack_args(v, args, keys[idx[a]] if b - a == 1 else None, idx[a] if b - a == 1 else -1,
+                                {keys[j]: j for j in idx[a:b]} if b - a > 1 else None, items, objects)
+        elif b - a == 1:
+            ok = _pack_args(v, args, keys[idx[a]], idx[a], None, items, objects)
+        else:
+            ok = _pack_args(v, args, None, -1, {keys[j]: j for j in idx[a:b]} if b > a else None, items, objects)
+        if not ok:
+            continue
+        func = v.func
+        f = func_ids.get(id(func))
+        if f is None:
+            f = func_ids[id(func)] = len(funcs)
+            funcs.append(func)
+        fidx.append(f)
+        poff.append(len(items))
+        codes[i] = head + n
+        # freed now, 0.45 s at 1M: what the engine makes next then fills the
+        # decode's pages (freed after the ingestion, off the loop: 1,613
+        # B/task in all, against 750)
+        values[local] = None
+        src.live -= 1
+        n += 1
+    packed.live = n
+    if n:
+        segments.append(packed)
+        for s in vsegs:
+            if segments[s].live <= 0:
+                segments[s] = None
+    return n
+
+
+def _pack_args(v: Any, args: tuple, k0: Any, j0: int, refs: dict | None, items: array, objects: list) -> bool:
+    """Append task ``v``'s items (its only dependency ``k0`` at index
+    ``j0``, or its dependencies' keys -> indices in ``refs``); False, and
+    nothing appended, when it cannot be packed."""
+    n0 = len(items)
+    o0 = len(objects)
+    append = items.append
+    ref_keys = []
+    ok = True
+    for x in args:
+        t = type(x)
+        if t is TaskRef:
+            k = x.key
+            ref_keys.append(k)
+            if refs is None:
+                if k0 is not None and (k is k0 or k == k0):
+                    append(j0 << _TAG_BITS)
+                    continue
+            else:
+                j = refs.get(k, -1)
+                if j >= 0:
+                    append(j << _TAG_BITS)
+                    continue
+        elif t is int and -_INT_LIMIT <= x < _INT_LIMIT:
+            append((x << _TAG_BITS) | INT)
+            continue
+        elif isinstance(x, TaskRef):  # a Future
+            ref_keys.append(x.key)
+        elif isinstance(x, GraphNode):  # its dependencies are the task's too
+            ok = False
+            break
+        append((len(objects) << _TAG_BITS) | OBJ)
+        objects.append(x)
+    if ok:
+        fs = v._dependencies
+        if len(ref_keys) <= 1:
+            ok = len(fs) == len(ref_keys) and (not fs or ref_keys[0] in fs)
+        else:
+            ok = _dependency_order(fs, ref_keys, append)
+    if not ok:  # left as it arrived: undo what this task appended
+        del items[n0:]
+        del objects[o0:]
+    return ok
+
+
+def _dependency_order(fs: frozenset, ref_keys: list, append: Any) -> bool:
+    """Whether the keys of a task's reference arguments (``ref_keys``, in
+    argument order) make ``fs`` again; appends the positions of an
+    insertion order that reproduces ``fs``'s iteration order when the
+    argument order does not. False: none found (the task stays unpacked)."""
+    target = list(fs)
+    if list(frozenset(ref_keys)) == target:
+        return True
+    if len(target) > _MAX_SEARCH or set(ref_keys) != fs:
+        return False
+    # a set this small is one table of 8 slots, whose layout depends on the
+    # insertion order through collisions only: some order makes it again
+    # (the one it was made with)
+    for candidate in permutations(target):
+        if list(frozenset(candidate)) == target:
+            for k in candidate:
+                append((ref_keys.index(k) << _TAG_BITS) | ORDER)
+            return True
+    return False
+
+
+def remake_keys(keys: list) -> int:
+    """Make ``keys``' ``str`` items again (equal strings, new objects), in
+    steps; steps with other keys, or a key holding a NUL, stay as they are.
+    Returns how many keys it made."""
+    made = 0
+    for lo in range(0, len(keys), REMAKE_STEP):
+        chunk = keys[lo : lo + REMAKE_STEP]
+        if type(chunk[0]) is not str or not all(type(k) is str for k in chunk):
+            continue
+        joined = "\0".join(chunk)
+        if joined.count("\0") != len(chunk) - 1:
+            continue
+        keys[lo : lo + len(chunk)] = joined.split("\0")
+        made += len(chunk)
+    return made
