@@ -88,11 +88,37 @@ class PackedSource:
         the keys in an order that gives the same iteration order."""
         keys = graph.keys
         off = self.off
+        a = off[local]
+        if _SLOTS_AS_KNOWN and off[local + 1] - a == 1:
+            # one argument (a delayed graph's leaves and chains): no loop
+            x = self.items[a]
+            tag = x & 3
+            if tag == REF:
+                k = keys[x >> _TAG_BITS]
+                one: tuple = (TaskRef(k),)
+                fs = frozenset((k,))
+            elif tag == INT:
+                one = (x >> _TAG_BITS,)
+                fs = _NO_DEPS
+            else:
+                one = ()
+            if one:
+                t = _new(Task)
+                t.key = keys[i]
+                t.func = self.funcs[self.fidx[local]]
+                t.args = one
+                t.kwargs = {}
+                t._dependencies = fs
+                t._is_coro = None
+                t._token = None
+                t._repr = None
+                t._data_producer = False
+                return t
         args: list = []
         deps: list = []
         order = None
         plain = True
-        for x in self.items[off[local] : off[local + 1]]:
+        for x in self.items[a : off[local + 1]]:
             tag = x & 3
             if tag == REF:
                 k = keys[x >> _TAG_BITS]
