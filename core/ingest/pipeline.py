@@ -64,7 +64,7 @@ from slimgraph.ingest.index import lost_keys, prepare
 from slimgraph.ingest.protocol import IngestTarget
 from slimgraph.ingest.replay import replay
 from slimgraph.ingest.submission import Submission
-from slimgraph.ingest import compact
+from slimgraph.ingest import compact, decode
 from slimgraph.instrument.records import SubmissionRecord, layer_rows, materialization_summary
 from slimgraph.runtime import disposal, gcpolicy, switching
 
@@ -241,11 +241,14 @@ class Pipeline:
         if not inline and not self.shielded:
             # a big graph: collections from now on would traverse it
             self.shielded = gcpolicy.shield(self.policy)
+        # with compact ingestion, pickled Tasks without dask's __setstate__
+        # (slimgraph.ingest.decode); off: distributed's own, as stock
+        loads = decode.deserialize if config.get("compact-ingestion") else shim.deserialize
         with self.rec.phase("deserialize", where="event-loop" if inline else "offload"):
             try:
                 if inline:
-                    return shim.deserialize(expr_ser.header, expr_ser.frames)
-                return await shim.offload(shim.deserialize, expr_ser.header, expr_ser.frames)
+                    return loads(expr_ser.header, expr_ser.frames)
+                return await shim.offload(loads, expr_ser.header, expr_ser.frames)
             except Exception as e:
                 raise RuntimeError(
                     "Error during deserialization of the task graph. This "
