@@ -139,7 +139,12 @@ class Pipeline:
                     dsk, annotations_by_type = await shim.offload(shim.materialize, expr, s.validate)
                     rec.materialization = "dask (compact-ingestion off)"
                 p.tasks = len(dsk)
+            # the decoded expression freed in steps in a worker thread, not
+            # in one cascade here (nothing reads it after materializing)
+            garbage = disposal.big(*compact.expression_containers(expr)) if config.get("compact-ingestion") else []
             del expr
+            if garbage:
+                await shim.offload(disposal.drain, garbage)
             if not self.shielded and gcpolicy.big(policy, len(dsk)):
                 self.shielded = gcpolicy.shield(policy)
             small = len(dsk) < config.get("offload-min-tasks")

@@ -72,7 +72,7 @@ Use::
     graph.annotations, graph.report
 """
 from .graph import CompactGraph, Deps, LayerReport
-from .materialize import materialize
+from .materialize import expression_containers, materialize
 from .unsupported import OrderDependent, Unsupported
 
-__all__ = ["CompactGraph", "Deps", "LayerReport", "OrderDependent", "Unsupported", "materialize"]
+__all__ = ["CompactGraph", "Deps", "LayerReport", "OrderDependent", "Unsupported", "expression_containers", "materialize"]

@@ -70,6 +70,22 @@ def materialize(expr: Any, keys: Any, cull: bool, validate: bool = False) -> Com
     return stock_graph(expr, keys, cull, validate, reason)
 
 
+def expression_containers(expr: Any) -> list:
+    """The big dicts of a submitted expression's HighLevelGraphs (layers and
+    their dependencies), for :func:`slimgraph.runtime.disposal.drain` once
+    the expression has been materialized. Why: dropping the expression of
+    a 1M delayed tree frees 812k layers and (after :mod:`.packed`) their
+    Tasks in one C-level cascade, 0.5 s on the event loop."""
+    out: list = []
+    if type(expr) is _HLGExprSequence:
+        for op in expr.operands:
+            if isinstance(op, HLGExpr):
+                hlg = op.hlg
+                out.extend(c for c in (getattr(hlg, "layers", None), getattr(hlg, "dependencies", None))
+                           if type(c) is dict)
+    return out
+
+
 class _Operand:
     __slots__ = ("part", "dict_form", "locate")
 
