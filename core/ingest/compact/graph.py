@@ -229,20 +229,14 @@ class FusedSource:
         return self.live <= 0
 
 
-class AliasSource:
-    """The Alias fusion leaves at a chain's top key: ``Alias(top, fused)``."""
+class TaskOnlySource:
+    """A segment whose tasks are all ``Task``/``Alias`` nodes that produce no
+    data (truthy, not ``DataNode``); freed with its last task."""
 
     __slots__ = ("live",)
 
     def __init__(self) -> None:
         self.live = 0
-
-    def build(self, graph: "CompactGraph", i: int, local: int) -> Any:
-        (target,) = graph.deps[i]
-        return Alias(graph.keys[i], target=graph.keys[target])
-
-    def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:  # pragma: no cover
-        raise AssertionError("an alias is never a chain member")
 
     def data_producer(self, local: int) -> bool:
         return False
@@ -258,15 +252,26 @@ class AliasSource:
         return self.live <= 0
 
 
+class AliasSource(TaskOnlySource):
+    """The Alias fusion leaves at a chain's top key: ``Alias(top, fused)``."""
+
+    __slots__ = ()
+
+    def build(self, graph: "CompactGraph", i: int, local: int) -> Any:
+        (target,) = graph.deps[i]
+        return Alias(graph.keys[i], target=graph.keys[target])
+
+    def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:  # pragma: no cover
+        raise AssertionError("an alias is never a chain member")
+
+
 def _constant_producer(seg: Any) -> bool | None:
     """``truthy and data_producer`` of every task of ``seg`` when it is the
     same for all of them (see :meth:`CompactGraph.producer_flags`)."""
     t = type(seg)
     if t is BlockSource:
         return bool(seg.view.data_producer)
-    if t is AliasSource:
-        return False
-    if t.__name__ == "PackedSource":  # (its module imports this one)
+    if isinstance(seg, TaskOnlySource):
         return False
     return None
 

@@ -36,7 +36,8 @@ from itertools import permutations
 from typing import Any
 
 from slimgraph.shim.compact import GraphNode, Task, TaskRef
-from .graph import MASK, NODE, SHIFT, FusedSource, ValueSource
+from .fastnodes import ENABLED as FAST_NODES, NO_DEPS as _NO_DEPS, task as fast_task
+from .graph import MASK, NODE, SHIFT, FusedSource, TaskOnlySource, ValueSource
 
 #: item tags (the low two bits of an item): an argument that references a
 #: task of the graph (by its index), an int argument (by its value), an
@@ -49,22 +50,18 @@ _INT_LIMIT = 1 << 60
 #: dependency sets up to this size are searched for an insertion order
 _MAX_SEARCH = 5
 
-_new = Task.__new__
-_NO_DEPS: frozenset = frozenset()
-#: whether ``Task``'s slots are the ones :meth:`PackedSource.build` sets
-#: (dask 2026.3 to 2026.8); otherwise it calls ``Task.__init__``
-_SLOTS_AS_KNOWN = sorted(Task.get_all_slots()) == [
-    "_data_producer", "_dependencies", "_is_coro", "_repr", "_token", "args", "func", "key", "kwargs",
-]
+#: Tasks made by setting their slots (:mod:`.fastnodes`), where the
+#: installed dask's constructor stores what that stores
+_SLOTS_AS_KNOWN = FAST_NODES
 
 #: keys per step of :func:`remake_keys` (one join and one split each)
 REMAKE_STEP = 50_000
 
 
-class PackedSource:
+class PackedSource(TaskOnlySource):
     """Plain tasks as arrays; ``build`` makes the ``Task``."""
 
-    __slots__ = ("funcs", "fidx", "off", "items", "objects", "live", "_func_ids")
+    __slots__ = ("funcs", "fidx", "off", "items", "objects", "_func_ids")
 
     def __init__(self) -> None:
         self.funcs: list = []
@@ -103,17 +100,7 @@ class PackedSource:
             else:
                 one = ()
             if one:
-                t = _new(Task)
-                t.key = keys[i]
-                t.func = self.funcs[self.fidx[local]]
-                t.args = one
-                t.kwargs = {}
-                t._dependencies = fs
-                t._is_coro = None
-                t._token = None
-                t._repr = None
-                t._data_producer = False
-                return t
+                return fast_task(keys[i], self.funcs[self.fidx[local]], one, {}, fs)
         args: list = []
         deps: list = []
         order = None
@@ -136,39 +123,15 @@ class PackedSource:
         if not plain:  # (a reference to a key outside the graph is an object)
             deps = [a.key for a in args if isinstance(a, TaskRef)]
         func = self.funcs[self.fidx[local]]
+        fs = frozenset(order if order is not None else deps) if (order or deps) else _NO_DEPS
         if _SLOTS_AS_KNOWN:
-            t = _new(Task)
-            t.key = keys[i]
-            t.func = func
-            t.args = tuple(args)
-            t.kwargs = {}
-            t._is_coro = None
-            t._token = None
-            t._repr = None
-            t._data_producer = False
-        else:
-            t = Task(keys[i], func, *args)
-        if order is not None:
-            t._dependencies = frozenset(order)
-        else:
-            t._dependencies = frozenset(deps) if deps else _NO_DEPS
+            return fast_task(keys[i], func, tuple(args), {}, fs)
+        t = Task(keys[i], func, *args)
+        t._dependencies = fs
         return t
 
     def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:  # pragma: no cover
         raise AssertionError("packed tasks are never members of a fused chain")
-
-    def data_producer(self, local: int) -> bool:
-        return False
-
-    def is_data(self, local: int) -> bool:
-        return False
-
-    def truthy(self, local: int) -> bool:
-        return True
-
-    def release(self, local: int) -> bool:
-        self.live -= 1
-        return self.live <= 0
 
 
 def pack(graph: Any) -> int:
