@@ -94,10 +94,13 @@ def test_floor_materializes_what_the_scheduler_keeps(tmp_path):
     with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as c:
         fut = c.compute(_tree(128))
+        # read on the scheduler's event loop: from this thread the task dict
+        # can be seen while update_graph is still filling it (once: 198 of 255)
         deadline = time.monotonic() + 30
-        while not cluster.scheduler.tasks and time.monotonic() < deadline:
+        ntasks = 0
+        while not ntasks and time.monotonic() < deadline:
+            ntasks = c.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
             time.sleep(0.01)
-        ntasks = len(cluster.scheduler.tasks)
         del fut
     assert ntasks >= 2 * 128 - 1
     assert floor["tasks"] == ntasks
