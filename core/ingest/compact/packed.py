@@ -15,15 +15,15 @@ What. :func:`pack` moves every plain ``Task`` a :class:`ValueSource` kept
 into a :class:`PackedSource`: its function as an index into a list of the
 distinct functions, and its arguments as tagged 64-bit integers in one
 array -- a reference to another task of the graph by that task's index, a
-small ``int`` by its value, anything else (literals, references to keys
-outside the graph, nested nodes) as an index into a list that keeps the
-object as it arrived. Reading the run_spec builds ``Task(key, func,
-*args)``: the node dask builds for these arguments, equal to the decoded
-one (``==`` and the same token: both are made of the function, the
-arguments and the keyword arguments). The one thing not kept is the
-iteration order of the decoded dependency frozenset (the same keys); what
-the scheduler orders by it, the edges, was read from it before (see
-:mod:`.assemble`).
+small ``int`` by its value, anything else (literals, Futures, references
+to keys outside the graph) as an index into a list that keeps the object
+as it arrived. A task with a nested node among its arguments stays as it
+arrived. Reading the run_spec builds the ``Task`` (equal to the decoded one:
+``==`` and the same token). Its dependency frozenset is made by inserting
+the keys in the argument order, or, where that gives another iteration
+order than the decoded frozenset's, in an order found here that gives the
+same one (kept as extra items), so even what iterates it sees stock's
+order.
 
 :func:`remake_keys` then makes the graph's string keys again, one string
 of each step's keys joined and split, so the keys the scheduler keeps sit
@@ -34,6 +34,8 @@ from __future__ import annotations
 from array import array
 from itertools import permutations
 from typing import Any
+
+import numpy as np
 
 from slimgraph.shim.compact import GraphNode, Task, TaskRef
 from .fastnodes import ENABLED as FAST_NODES, NO_DEPS as _NO_DEPS, task as fast_task
@@ -49,10 +51,6 @@ _TAG_BITS = 2
 _INT_LIMIT = 1 << 60
 #: dependency sets up to this size are searched for an insertion order
 _MAX_SEARCH = 5
-
-#: Tasks made by setting their slots (:mod:`.fastnodes`), where the
-#: installed dask's constructor stores what that stores
-_SLOTS_AS_KNOWN = FAST_NODES
 
 #: keys per step of :func:`remake_keys` (one join and one split each)
 REMAKE_STEP = 50_000
@@ -86,21 +84,15 @@ class PackedSource(TaskOnlySource):
         keys = graph.keys
         off = self.off
         a = off[local]
-        if _SLOTS_AS_KNOWN and off[local + 1] - a == 1:
+        if FAST_NODES and off[local + 1] - a == 1:
             # one argument (a delayed graph's leaves and chains): no loop
             x = self.items[a]
             tag = x & 3
             if tag == REF:
                 k = keys[x >> _TAG_BITS]
-                one: tuple = (TaskRef(k),)
-                fs = frozenset((k,))
-            elif tag == INT:
-                one = (x >> _TAG_BITS,)
-                fs = _NO_DEPS
-            else:
-                one = ()
-            if one:
-                return fast_task(keys[i], self.funcs[self.fidx[local]], one, {}, fs)
+                return fast_task(keys[i], self.funcs[self.fidx[local]], (TaskRef(k),), {}, frozenset((k,)))
+            if tag == INT:
+                return fast_task(keys[i], self.funcs[self.fidx[local]], (x >> _TAG_BITS,), {}, _NO_DEPS)
         args: list = []
         deps: list = []
         order = None
@@ -124,7 +116,7 @@ class PackedSource(TaskOnlySource):
             deps = [a.key for a in args if isinstance(a, TaskRef)]
         func = self.funcs[self.fidx[local]]
         fs = frozenset(order if order is not None else deps) if (order or deps) else _NO_DEPS
-        if _SLOTS_AS_KNOWN:
+        if FAST_NODES:
             return fast_task(keys[i], func, tuple(args), {}, fs)
         t = Task(keys[i], func, *args)
         t._dependencies = fs
@@ -145,9 +137,13 @@ def pack(graph: Any) -> int:
     Written out in one frame: it runs once per task of a delayed graph,
     812k times at 1M."""
     segments = graph.segments
-    vsegs = {n for n, seg in enumerate(segments) if type(seg) is ValueSource}
+    vsegs = [n for n, seg in enumerate(segments) if type(seg) is ValueSource and NODE in seg.kinds]
     if not vsegs:
         return 0
+    codes = graph.codes
+    # the tasks coded to those segments, found in C (an array graph has
+    # a million tasks and a few such values: 0.12 s looping over them all)
+    candidates = np.flatnonzero(np.isin(np.frombuffer(codes, dtype=np.int64) >> SHIFT, vsegs)).tolist()
     # values a fused chain reads by their code stay where they are
     members: set = set()
     for seg in segments:
@@ -156,7 +152,6 @@ def pack(graph: Any) -> int:
                 members.update(member_codes)
     packed = PackedSource()
     head = len(segments) << SHIFT
-    codes = graph.codes
     keys = graph.keys
     off = graph.deps.off
     idx = graph.deps.idx
@@ -170,11 +165,10 @@ def pack(graph: Any) -> int:
     n = 0
     last_seg = -1
     src = values = kinds = None
-    for i, code in enumerate(codes):
+    for i in candidates:
+        code = codes[i]
         s = code >> SHIFT
         if s != last_seg:
-            if s not in vsegs:
-                continue
             last_seg = s
             src = segments[s]
             values = src.values
@@ -186,36 +180,21 @@ def pack(graph: Any) -> int:
         if type(v) is not Task or v.kwargs or v._data_producer:
             continue
         a = off[i]
-        b = off[i + 1]
+        nd = off[i + 1] - a
         args = v.args
         # the common shapes first: a delayed graph's leaves (one literal)
         # and chains (one reference to the task before)
-        if len(args) == 1:
-            x = args[0]
-            t = type(x)
-            if b == a:
-                if t is int and -_INT_LIMIT <= x < _INT_LIMIT and not v._dependencies:
-                    append((x << _TAG_BITS) | INT)
-                    ok = True
-                else:
-                    ok = _pack_args(v, args, None, -1, None, items, objects)
-            elif b - a == 1 and t is TaskRef:
-                j0 = idx[a]
-                k = x.key
-                if (k is keys[j0] or k == keys[j0]) and len(v._dependencies) == 1:
-                    append(j0 << _TAG_BITS)
-                    ok = True
-                else:
-                    ok = _pack_args(v, args, keys[j0], j0, None, items, objects)
-            else:
-                ok = _pack_args(v, args, keys[idx[a]] if b - a == 1 else None, idx[a] if b - a == 1 else -1,
-                                {keys[j]: j for j in idx[a:b]} if b - a > 1 else None, items, objects)
-        elif b - a == 1:
-            ok = _pack_args(v, args, keys[idx[a]], idx[a], None, items, objects)
+        x = args[0] if len(args) == 1 else None
+        if nd == 0 and type(x) is int and -_INT_LIMIT <= x < _INT_LIMIT and not v._dependencies:
+            append((x << _TAG_BITS) | INT)
+        elif nd == 1 and type(x) is TaskRef and (x.key is keys[idx[a]] or x.key == keys[idx[a]]) \
+                and len(v._dependencies) == 1:
+            append(idx[a] << _TAG_BITS)
         else:
-            ok = _pack_args(v, args, None, -1, {keys[j]: j for j in idx[a:b]} if b > a else None, items, objects)
-        if not ok:
-            continue
+            only = keys[idx[a]] if nd == 1 else None
+            refs = {keys[j]: j for j in idx[a : a + nd]} if nd > 1 else None
+            if not _pack_args(v, args, only, idx[a] if nd == 1 else -1, refs, items, objects):
+                continue
         func = v.func
         f = func_ids.get(id(func))
         if f is None:
