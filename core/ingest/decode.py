@@ -32,7 +32,8 @@ from slimgraph.shim.compact import Task
 _KNOWN_SLOTS = ["_data_producer", "_dependencies", "_is_coro", "_repr", "_token", "args", "func", "key", "kwargs"]
 
 #: whether dask's Task pickles the state :class:`_DecodedTask` assigns
-FAST = sorted(Task.get_all_slots()) == _KNOWN_SLOTS and list(Task.get_all_slots()) == _KNOWN_SLOTS
+#: (``__getstate__`` gives the slots in ``get_all_slots()`` order)
+FAST = list(Task.get_all_slots()) == _KNOWN_SLOTS
 
 
 class _DecodedTask(Task):

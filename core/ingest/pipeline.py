@@ -141,10 +141,10 @@ class Pipeline:
                 p.tasks = len(dsk)
             # the decoded expression freed in steps in a worker thread, not
             # in one cascade here (nothing reads it after materializing)
-            garbage = disposal.big(*compact.expression_containers(expr)) if config.get("compact-ingestion") else []
+            decoded = disposal.big(*compact.expression_containers(expr)) if config.get("compact-ingestion") else []
             del expr
-            if garbage:
-                await shim.offload(disposal.drain, garbage)
+            if decoded:
+                await shim.offload(disposal.drain, decoded)
             if not self.shielded and gcpolicy.big(policy, len(dsk)):
                 self.shielded = gcpolicy.shield(policy)
             small = len(dsk) < config.get("offload-min-tasks")
