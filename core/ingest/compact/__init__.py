@@ -27,7 +27,8 @@ the block's position, a value kept exactly as it arrived (a decoded
 ``Task``, or a legacy tuple), or a fused chain's members. The per-layer
 steps of dask's optimizers (Blockwise and root fusion, the layers'
 topological order) run as dask runs them; the per-task steps are replayed
-on integers (:mod:`.cull`, :mod:`.legacy`, :mod:`.fuse`). ``run_spec(i)``
+on integers (:mod:`.cull`, :mod:`.legacy`, :mod:`.fuse`; a graph made only
+of Delayed objects' one-task layers in one walk, :mod:`.delayed`). ``run_spec(i)``
 builds the node stock would hold when it is read (1.2 us for a Blockwise
 block, 2.5 for a reduction's legacy tuple, against 20 us stock spends
 pickling it for a worker); ``data_producer(i)``, ``truthy(i)`` and

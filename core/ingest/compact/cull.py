@@ -14,7 +14,9 @@ reachable":
   counts keys outside the graph and keys a layer re-adds for itself;
 * a layer culled to a subset lists it in the iteration order of a set
   derived from ``keys_set``, whose layout depends on the whole history of
-  insertions and removals. That cannot be replayed without the set itself.
+  insertions and removals. That cannot be replayed without the set itself;
+* once ``keys_set`` is empty, dask stops culling: every layer walked after
+  that is kept whole, wanted or not.
 
 :func:`cull_locations` replays the walk on a bytearray of locations (which
 keys are in ``keys_set``) plus a set for keys outside the graph, so it knows
@@ -180,6 +182,17 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
     for name in reversed(toposorted):
         u = unit_of_name[name]
         s = starts[u]
+        if not count and not ext:
+            # keys_set is empty: dask culls nothing more, it keeps this
+            # layer and every one after it whole, as they are
+            locs = gl.unit_locals(u)
+            if kinds[u] != BLOCKWISE:
+                legacy = kinds[u] == LEGACY
+                for loc in locs:
+                    refs.clear()
+                    read(mkeys[loc], mvals[loc], legacy, locate, reader, refs)
+            out.append((u, locs))
+            continue
         if kinds[u] == BLOCKWISE:
             v = views[u]
             span = v.total

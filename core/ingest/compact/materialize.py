@@ -42,6 +42,7 @@ from slimgraph.shim.compact import (
 )
 from .assemble import Part, assemble
 from .cull import cull_locations, read_all
+from .delayed import delayed_part
 from .fuse import fuse_linear
 from .graph import NODE, SHIFT, CompactGraph, FusedSource, ValueSource
 from .layers import GraphLayers
@@ -150,7 +151,11 @@ def _operand(op: Any) -> _Operand:
             raise Unsupported("delayed graph with optimization.fuse.delayed")
         if not isinstance(keys, (list, set)):
             keys = [keys]
-        part, locate = _culled(hlg, list(flatten(keys)), True)
+        keys = list(flatten(keys))
+        part = delayed_part(hlg, set(keys))
+        if part is not None:
+            return _Operand(part, False, None)
+        part, locate = _culled(hlg, keys, True)
         return _Operand(part, False, locate)
     raise Unsupported(f"optimizer {getattr(optimizer, '__module__', '')}.{getattr(optimizer, '__qualname__', optimizer)}")
 

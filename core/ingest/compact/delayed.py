@@ -1,0 +1,168 @@
+"""A delayed graph's layers, culled and numbered in one pass.
+
+What arrives for ``dask.delayed``: one ``MaterializedLayer`` per Delayed
+object, each holding one ``Task`` (812k layers for the bench's 1M tree).
+The general path (:mod:`.layers`, :mod:`.cull`, :mod:`.assemble`) handles
+any mix of layers and pays for that generality per layer: a unit, a kind,
+a start and a size each, then a walk that looks them up, then a pass that
+numbers the kept tasks. For this one shape the same three steps collapse
+into one walk over ``reversed(hlg._toposort_layers())`` (dask's own
+order, the order its cull walks), with a task's position in that walk as
+its location.
+
+The cull is dask's (``HighLevelGraph.cull`` with one-key layers of
+``Task`` nodes, through ``dask._task_spec.cull``): a layer is kept when its
+key is in ``keys_set``, or when ``keys_set`` holds exactly one key (the
+``len(keys) == len(dsk)`` shortcut, which keeps a one-key layer whatever
+that key is); a kept task's dependencies join ``keys_set`` and its own key
+leaves it; once ``keys_set`` is empty every later layer is kept as it is.
+Kept tasks are numbered in walk order, which is the order ``ensure_dict``
+lists the culled graph in. Anything else -- another layer type, a layer of
+several keys, annotations, a value that is not a plain ``Task``, a key
+two layers share, a dependency on a layer walked before -- returns None
+and the general path decides.
+"""
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+from slimgraph.shim.compact import MaterializedLayer, Task
+from .assemble import Part
+from .graph import NODE, LayerReport, ValueSource, key_positions
+from .layers import _check_key
+
+
+def delayed_part(hlg: Any, wanted: set) -> Part | None:
+    """The culled graph of ``hlg`` (one-key ``Task`` layers only) as a
+    :class:`Part`, or None when ``hlg`` has another shape."""
+    layers = hlg.layers
+    order = hlg._toposort_layers()
+    n = len(order)
+    if n != len(layers) or not n:
+        return None
+    keys: list = []
+    vals: list = []
+    kappend = keys.append
+    vappend = vals.append
+    M = MaterializedLayer
+    for name in reversed(order):
+        layer = layers[name]
+        if type(layer) is not M or layer.annotations:
+            return None
+        m = layer.mapping
+        if type(m) is not dict or len(m) != 1:
+            return None
+        for k, v in m.items():
+            if type(v) is not Task:
+                return None
+            kappend(k)
+            vappend(v)
+    try:
+        for k in keys:
+            _check_key(k)
+    except Exception:
+        return None
+    index = key_positions(keys)
+    if len(index) != n:  # a key in two layers
+        return None
+    locate = index.get
+
+    # the cull, walking the layers (positions 0 .. n-1)
+    inset = bytearray(n)
+    count = 0  # keys of the graph in keys_set
+    ext: set = set()  # keys in keys_set no layer has
+    for k in wanted:
+        loc = locate(k)
+        if loc is None:
+            ext.add(k)
+        elif not inset[loc]:
+            inset[loc] = 1
+            count += 1
+    kept = array("q")
+    #: per kept task, its dependencies in frozenset order: a position, or
+    #: ~j for ext_keys[j]
+    items = array("i")
+    item_off = array("i", [0])
+    ext_keys: list = []
+    drained = False
+    for pos in range(n):
+        if not drained and not inset[pos]:
+            size = count + len(ext)
+            if size == 0:
+                drained = True
+            elif size != 1:
+                continue
+        for d in vals[pos].dependencies:
+            loc = locate(d)
+            if loc is None:
+                items.append(~len(ext_keys))
+                ext_keys.append(d)
+                if not drained:
+                    ext.add(d)
+                continue
+            if loc < pos and not drained:
+                return None  # a dependency on a layer walked before
+            items.append(loc)
+            if not drained and not inset[loc]:
+                inset[loc] = 1
+                count += 1
+        item_off.append(len(items))
+        if inset[pos]:
+            inset[pos] = 0
+            count -= 1
+        kept.append(pos)
+
+    # number the kept tasks, their dependencies as indices
+    part = Part()
+    values = ValueSource()
+    part.segments.append(values)
+    part.keys = keys if len(kept) == n else [keys[p] for p in kept]
+    part.codes = array("q", range(len(kept)))  # segment 0, position = index
+    values.values = vals if len(kept) == n else [vals[p] for p in kept]
+    values.kinds = bytearray([NODE]) * len(kept)
+    if len(kept) == n and not ext_keys:
+        # nothing culled, nothing outside (the common case): positions are
+        # the indices already
+        part.off = item_off
+        part.idx = items
+        return _finish(part, values.values, order[n - 1])
+    entry_of = array("q", [-1]) * n
+    for e, p in enumerate(kept):
+        entry_of[p] = e
+    off = part.off
+    idx = part.idx
+    ext_by_task = part.ext
+    for e in range(len(kept)):
+        a = item_off[e]
+        b = item_off[e + 1]
+        if a == b:
+            off.append(len(idx))
+            continue
+        outside = None
+        for d in items[a:b]:
+            if d >= 0:
+                j = entry_of[d]
+                if j >= 0:
+                    idx.append(j)
+                    continue
+                k = keys[d]  # culled away before the walk drained
+            else:
+                k = ext_keys[~d]
+            if outside is None:
+                outside = [k]
+            else:
+                outside.append(k)
+        off.append(len(idx))
+        if outside:
+            ext_by_task[e] = tuple(outside)
+    return _finish(part, values.values, order[n - 1 - kept[0]] if kept else "")
+
+
+def _finish(part: Part, values: list, first_layer: str) -> Part:
+    for e, v in enumerate(values):
+        if v.block_fusion:
+            part.block_fusion.add(e)
+    if values:
+        part.report.append(LayerReport(first_layer, "MaterializedLayer", "kept", len(values), "", len(values)))
+    return part
