@@ -14,8 +14,10 @@ frozenset (and the keys outside the graph), each run_spec node by node
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import pickle
+import sys
 
 import dask
 import dask.array as da
@@ -163,6 +165,24 @@ def compare(*collections, fallback: bool = False, same_object: bool = False, **k
     return graph
 
 
+@contextlib.contextmanager
+def delayed_walk():
+    """Records, per operand, whether the one-walk delayed path
+    (:mod:`slimgraph.ingest.compact.delayed`) took it."""
+    m = sys.modules["slimgraph.ingest.compact.materialize"]  # (the package exports a function of that name)
+    taken: list = []
+    real = m.delayed_part
+
+    def spy(hlg, wanted):
+        part = real(hlg, wanted)
+        taken.append(part is not None)
+        return part
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(m, "delayed_part", spy)
+        yield taken
+
+
 # ---------------------------------------------------------------------------
 # the bench's workloads
 # ---------------------------------------------------------------------------
@@ -177,7 +197,9 @@ def test_bench_array(n):
 
 @pytest.mark.parametrize("n", [50, 3000])
 def test_bench_delayed(n):
-    compare(workloads.delayed(n))
+    with delayed_walk() as taken:
+        compare(workloads.delayed(n))
+    assert taken == [True]
 
 
 def test_bench_array_without_fusion():
@@ -260,7 +282,9 @@ def test_annotations():
 def test_annotations_of_delayed():
     with dask.annotate(resources={"GPU": 1}, priority=lambda k: len(k)):
         t = dask.delayed(operator.add)(1, 2)
-    g = compare(dask.delayed(operator.mul)(t, 3))
+    with delayed_walk() as taken:
+        g = compare(dask.delayed(operator.mul)(t, 3))
+    assert taken == [True]
     assert g.annotations["resources"] and g.annotations["priority"]
 
 
@@ -344,20 +368,7 @@ def test_random_delayed_graphs_culled_as_dask_culls(collections):
     """The one-pass delayed path (taken, checked) against stock: culled
     layers, layers kept whole by dask's len(keys_set) shortcut or after
     keys_set empties, dependencies in frozenset order."""
-    import sys
-
-    m = sys.modules["slimgraph.ingest.compact.materialize"]  # (the package exports a function of that name)
-
-    taken = []
-    real = m.delayed_part
-
-    def spy(hlg, wanted):
-        part = real(hlg, wanted)
-        taken.append(part is not None)
-        return part
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(m, "delayed_part", spy)
+    with delayed_walk() as taken:
         compare(*collections)
     assert taken == [True]
 

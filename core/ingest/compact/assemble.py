@@ -17,9 +17,8 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from slimgraph.shim.compact import Alias, GraphNode, Task, _execute_subgraph, _is_dask_future
-from .cull import RUN
-from .graph import MASK, NODE, SHIFT, TEMPLATE, BlockSource, LayerReport, ValueSource, add_report
+from slimgraph.shim.compact import Alias, GraphNode, _execute_subgraph, _is_dask_future
+from .graph import MASK, NODE, SHIFT, TEMPLATE, BlockSource, ValueSource, add_report
 from .layers import BLOCKWISE, GraphLayers
 from .unsupported import Unsupported
 
@@ -63,6 +62,27 @@ def _self_alias(key: Any, value: Any) -> bool:
     return False
 
 
+def split_dependencies(items: Any, entry_of: Any, key_of: Any, ext_keys: list, idx: array) -> list | None:
+    """Append to ``idx`` the indices of a task's dependencies that are in the
+    culled graph (``items``: locations, or ``~n`` for ``ext_keys[n]``, in
+    frozenset order); return the others' keys in that order, or None."""
+    outside = None
+    for d in items:
+        if d < 0:
+            k = ext_keys[~d]
+        else:
+            j = entry_of[d]
+            if j >= 0:
+                idx.append(j)
+                continue
+            k = key_of(d)
+        if outside is None:
+            outside = [k]
+        else:
+            outside.append(k)
+    return outside
+
+
 def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, annotate: bool) -> Part:
     part = Part()
     keys = part.keys
@@ -87,30 +107,6 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
     # pass 1: keys, sources, the tasks convert_legacy_graph drops
     for u, locs in selection:
         n0 = len(keys)
-        if u == RUN:
-            # one-key node layers (delayed): no annotations, no repeats
-            if vseg < 0:
-                vseg = len(segments)
-                segments.append(values)
-            head = vseg << SHIFT
-            vals = values.values
-            vkinds = values.kinds
-            for loc in locs:
-                k = mkeys[loc]
-                val = mvals[loc]
-                rec += 1
-                if type(val) is not Task and _self_alias(k, val):
-                    dropped.add(k)
-                    continue
-                entry_of[loc] = len(keys)
-                keys.append(k)
-                codes.append(head + len(vals))
-                vals.append(val)
-                vkinds.append(NODE)
-                if val.block_fusion:
-                    part.block_fusion.add(len(keys) - 1)
-            report.append(LayerReport(gl.names[gl.loc_unit[locs[0]]], "MaterializedLayer", "kept", len(keys) - n0, "", len(locs)))
-            continue
         if kinds[u] == BLOCKWISE:
             v = views[u]
             seg = len(segments)
@@ -190,6 +186,14 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
         j = entry_of[loc]
         return keys[j] if j >= 0 else gl.key_of(loc)
 
+    def culled_legacy_reference(loc: int) -> Any:
+        k = gl.key_of(loc)
+        if k not in dropped:
+            # the converter (membership in the culled graph) and this
+            # reading (the whole graph) would differ
+            raise Unsupported(f"legacy value of {keys[e]!r} references {k!r}, culled away")
+        return k
+
     e = 0
     p = 0  # position in the ValueDeps store
     vlocal = 0
@@ -203,39 +207,6 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
     s_titems = store.titems
     skeletons = store.skeletons
     for u, locs in selection:
-        if u == RUN:
-            for loc in locs:
-                if entry_of[loc] != e:  # dropped
-                    p += 1
-                    continue
-                a = s_off[p]
-                b = s_off[p + 1]
-                p += 1
-                if a == b:
-                    off.append(len(idx))
-                    vlocal += 1
-                    e += 1
-                    continue
-                outside = None
-                for d in s_items[a:b]:
-                    if d < 0:
-                        k = s_ext[~d]
-                    else:
-                        j = entry_of[d]
-                        if j >= 0:
-                            idx.append(j)
-                            continue
-                        k = gl.key_of(d)
-                    if outside is None:
-                        outside = [k]
-                    else:
-                        outside.append(k)
-                off.append(len(idx))
-                if outside:
-                    ext[e] = tuple(outside)
-                vlocal += 1
-                e += 1
-            continue
         if kinds[u] == BLOCKWISE:
             v = views[u]
             n = len(locs)
@@ -281,25 +252,8 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
                         # keys are the graph's own
                         values.values[vlocal] = (skel, *[keys[j] for j in ks])
                         vkinds[vlocal] = TEMPLATE
-            legacy = kind != NODE
-            outside = None
-            for d in s_items[s_off[p] : s_off[p + 1]]:
-                if d < 0:
-                    k = s_ext[~d]
-                else:
-                    j = entry_of[d]
-                    if j >= 0:
-                        idx.append(j)
-                        continue
-                    k = gl.key_of(d)
-                    if legacy and k not in dropped:
-                        # the converter (membership in the culled graph) and
-                        # this reading (the whole graph) would differ
-                        raise Unsupported(f"legacy value of {keys[e]!r} references {k!r}, culled away")
-                if outside is None:
-                    outside = [k]
-                else:
-                    outside.append(k)
+            outside = split_dependencies(s_items[s_off[p] : s_off[p + 1]], entry_of,
+                                         gl.key_of if kind == NODE else culled_legacy_reference, s_ext, idx)
             off.append(len(idx))
             if outside:
                 ext[e] = tuple(outside)

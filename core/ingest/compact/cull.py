@@ -37,13 +37,10 @@ from typing import Any
 from slimgraph.shim.compact import GraphNode
 from .graph import NODE
 from .legacy import Skeleton, skeleton_shape
-from .layers import BLOCKWISE, LEGACY, NODES, GraphLayers
+from .layers import BLOCKWISE, LEGACY, GraphLayers
 from .unsupported import OrderDependent, Unsupported
 
 
-#: a selection item ``(RUN, [locations])``: consecutive kept one-key node
-#: layers without annotations (a delayed graph's layers), in culled order
-RUN = -1
 
 
 class ValueDeps:
@@ -121,12 +118,27 @@ class ValueDeps:
         return sid
 
 
+def seed_keys_set(wanted: Any, locate: Any, inset: bytearray) -> tuple[int, set]:
+    """dask's first ``keys_set`` (the wanted keys) on locations: marks their
+    locations in ``inset``; returns how many it marked and the wanted keys
+    no layer has."""
+    count = 0
+    ext: set = set()
+    for k in wanted:
+        loc = locate(k)
+        if loc is None:
+            ext.add(k)
+        elif not inset[loc]:
+            inset[loc] = 1
+            count += 1
+    return count, ext
+
+
 def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) -> tuple[list, ValueDeps]:
     """``[(unit, locations)]`` of the culled graph in its layer order, and
     the dependencies read on the way.
 
     ``locations`` is a ``range`` (the whole layer) or a one-element tuple;
-    ``(RUN, locations)`` stands for several one-key node layers.
     ``toposorted`` is ``hlg._toposort_layers()``; ``wanted`` the keys the
     optimizer culls to.
     """
@@ -141,16 +153,9 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
             raise Unsupported("a key repeated by more than 255 layers")
         remaining[first] = n
     dup_units = gl.dup_units
-    ext: set = set()  # keys in keys_set that no layer has
-    count = 0  # located keys in keys_set
     locate = gl.locate
-    for k in wanted:
-        loc = locate(k)
-        if loc is None:
-            ext.add(k)
-        elif not inset[loc]:
-            inset[loc] = 1
-            count += 1
+    # located keys in keys_set, and the keys in it that no layer has
+    count, ext = seed_keys_set(wanted, locate, inset)
     if any(len(name) < 2 for name in gl.blockwise):
         # Blockwise.cull compares key[0] with its name for every wanted key
         # (a str key's first character, too)
@@ -169,15 +174,6 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
     refs: list = []
     bw_ext: list = []
     read = store.read
-    skinds = store.kinds
-    sskel = store.skel
-    ststart = store.tstart
-    soff = store.off
-    items = store.items
-    #: one-key node layers that need the general path
-    plain_excluded = dup_units | set(gl.annotations)
-    run: Any = None
-    run_item: Any = None
 
     for name in reversed(toposorted):
         u = unit_of_name[name]
@@ -230,39 +226,6 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
             continue
 
         size = sizes[u]
-        if size == 1 and kinds[u] == NODES and u not in plain_excluded:
-            # one Delayed object's layer: the common case, inlined
-            if not inset[s] and count + len(ext) != 1:
-                remaining[s] = 0
-                continue
-            skinds.append(NODE)
-            sskel.append(-1)
-            ststart.append(-1)
-            for d in mvals[s].dependencies:
-                loc = locate(d)
-                if loc is None:
-                    items.append(~len(ext_keys))
-                    ext_keys.append(d)
-                    ext.add(d)
-                    continue
-                items.append(loc)
-                if not remaining[loc]:
-                    raise Unsupported(f"layer {name!r} needs a key of a layer walked before it")
-                if not inset[loc]:
-                    inset[loc] = 1
-                    count += 1
-            soff.append(len(items))
-            if inset[s]:
-                inset[s] = 0
-                count -= 1
-            remaining[s] = 0
-            if run is not None and out[-1] is run_item:
-                run.append(s)
-            else:
-                run = [s]
-                run_item = (RUN, run)
-                out.append(run_item)
-            continue
         legacy = kinds[u] == LEGACY
         dup = u in dup_units
         if count + len(ext) == size:

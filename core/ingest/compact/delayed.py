@@ -18,7 +18,7 @@ that key is); a kept task's dependencies join ``keys_set`` and its own key
 leaves it; once ``keys_set`` is empty every later layer is kept as it is.
 Kept tasks are numbered in walk order, which is the order ``ensure_dict``
 lists the culled graph in. Anything else -- another layer type, a layer of
-several keys, annotations, a value that is not a plain ``Task``, a key
+several keys, a value that is not a plain ``Task``, a key
 two layers share, a dependency on a layer walked before -- returns None
 and the general path decides.
 """
@@ -28,7 +28,8 @@ from array import array
 from typing import Any
 
 from slimgraph.shim.compact import MaterializedLayer, Task
-from .assemble import Part
+from .assemble import Part, split_dependencies
+from .cull import seed_keys_set
 from .graph import NODE, LayerReport, ValueSource, key_positions
 from .layers import _check_key
 
@@ -45,11 +46,14 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
     vals: list = []
     kappend = keys.append
     vappend = vals.append
+    annotated: dict = {}  # position -> its layer's annotations
     M = MaterializedLayer
     for name in reversed(order):
         layer = layers[name]
-        if type(layer) is not M or layer.annotations:
+        if type(layer) is not M:
             return None
+        if layer.annotations:
+            annotated[len(keys)] = layer.annotations
         m = layer.mapping
         if type(m) is not dict or len(m) != 1:
             return None
@@ -70,15 +74,8 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
 
     # the cull, walking the layers (positions 0 .. n-1)
     inset = bytearray(n)
-    count = 0  # keys of the graph in keys_set
-    ext: set = set()  # keys in keys_set no layer has
-    for k in wanted:
-        loc = locate(k)
-        if loc is None:
-            ext.add(k)
-        elif not inset[loc]:
-            inset[loc] = 1
-            count += 1
+    # keys of the graph in keys_set, and the keys in it no layer has
+    count, ext = seed_keys_set(wanted, locate, inset)
     kept = array("q")
     #: per kept task, its dependencies in frozenset order: a position, or
     #: ~j for ext_keys[j]
@@ -115,6 +112,8 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
 
     # number the kept tasks, their dependencies as indices
     part = Part()
+    if annotated:  # (as the culled graph's layers carry them, in its order)
+        part.annotated = [(annotated[p], [keys[p]]) for p in kept if p in annotated]
     values = ValueSource()
     part.segments.append(values)
     part.keys = keys if len(kept) == n else [keys[p] for p in kept]
@@ -139,20 +138,8 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
         if a == b:
             off.append(len(idx))
             continue
-        outside = None
-        for d in items[a:b]:
-            if d >= 0:
-                j = entry_of[d]
-                if j >= 0:
-                    idx.append(j)
-                    continue
-                k = keys[d]  # culled away before the walk drained
-            else:
-                k = ext_keys[~d]
-            if outside is None:
-                outside = [k]
-            else:
-                outside.append(k)
+        # (a position not kept: culled away before the walk drained)
+        outside = split_dependencies(items[a:b], entry_of, keys.__getitem__, ext_keys, idx)
         off.append(len(idx))
         if outside:
             ext_by_task[e] = tuple(outside)
