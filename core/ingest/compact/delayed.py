@@ -36,6 +36,7 @@ from .assemble import Part, split_dependencies
 from .cull import seed_keys_set
 from .graph import NODE, LayerReport, ValueSource, key_positions
 from .layers import _check_key
+from .unsupported import Unsupported
 
 
 def toposort_layers(dependencies: dict) -> list | None:
@@ -113,7 +114,7 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
     try:
         for k in keys:
             _check_key(k)
-    except Exception:
+    except Unsupported:
         return None
     index = key_positions(keys)
     if len(index) != n:  # a key in two layers
