@@ -42,7 +42,7 @@ from slimgraph.shim.compact import (
 )
 from .assemble import Part, assemble
 from .cull import cull_locations, read_all
-from .delayed import delayed_part
+from .delayed import delayed_part, toposort_layers
 from .fuse import fuse_linear
 from .graph import NODE, SHIFT, CompactGraph, FusedSource, ValueSource
 from .layers import GraphLayers
@@ -166,7 +166,10 @@ def _culled(hlg: Any, keys: list, annotate: bool) -> tuple[Part, Any]:
     gl = GraphLayers(hlg)
     reader = LegacyReader(gl.locate, gl.index)
     try:
-        selection, store = cull_locations(gl, hlg._toposort_layers(), wanted, reader)
+        order = toposort_layers(hlg.dependencies)
+        if order is None:  # (dask's raises: the same error)
+            order = hlg._toposort_layers()
+        selection, store = cull_locations(gl, order, wanted, reader)
         types = _layer_types(hlg)
         note = ""
     except OrderDependent as e:
