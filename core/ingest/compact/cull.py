@@ -41,8 +41,6 @@ from .layers import BLOCKWISE, LEGACY, GraphLayers
 from .unsupported import OrderDependent, Unsupported
 
 
-
-
 class ValueDeps:
     """Per kept materialized value, in the culled order: what it converts
     to and its dependencies in the order of the frozenset its node would
