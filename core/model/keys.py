@@ -43,14 +43,32 @@ class NameResolver:
     tuple key whose name was seen before.
     """
 
-    __slots__ = ("_by_name", "_make_group")
+    __slots__ = ("_by_name", "_by_stem", "_make_group")
 
     def __init__(self, make_group: Callable[[str, str], Any]):
         # name (tuple key's first element, or a whole non-tuple key) -> group
         self._by_name: dict[Any, Any] = {}
+        # a str key's stem (see group_of) -> group
+        self._by_stem: dict[str, Any] = {}
         self._make_group = make_group
 
     def group_of(self, key: Any) -> Any:
+        if type(key) is str:
+            # A delayed graph's keys are "name-token", every one distinct:
+            # by name, each was a dict entry and two key_split parses (1.2
+            # us). key_split stops at the first "-"-separated word that is
+            # not all letters, so when the last word is not, the key and its
+            # stem (all before the last "-") split alike; and for a str key
+            # that does not start with "(" or "<" and is not 32 hex digits
+            # (a key with a "-" is not), key_split_group is key_split. Keys
+            # of one stem share a group.
+            stem, dash, last = key.rpartition("-")
+            if dash and not last.isalpha() and key[0] not in "(<":
+                tg = self._by_stem.get(stem)
+                if tg is None:
+                    name = key_split(key)
+                    tg = self._by_stem[stem] = self._make_group(name, name)
+                return tg
         name = key[0] if type(key) is tuple else key
         tg = self._by_name.get(name)
         if tg is None:
