@@ -39,6 +39,10 @@ from .layers import _check_key
 from .unsupported import Unsupported
 
 
+#: layers per step of :func:`toposort_layers`
+_STEP = 50_000
+
+
 def toposort_layers(dependencies: dict) -> list | None:
     """``HighLevelGraph._toposort_layers()`` of a graph whose layer
     dependencies are ``dependencies``, the same list, on integers (812k
@@ -51,14 +55,24 @@ def toposort_layers(dependencies: dict) -> list | None:
     dependency that was. Here the dependents are one stable sort of the
     (dependency, layer) pairs, listed as dask appends them."""
     names = list(dependencies)
+    sets = list(dependencies.values())
     n = len(names)
     position = key_positions(names)
-    degree = np.fromiter(map(len, dependencies.values()), dtype=np.int64, count=n)
-    flat = list(chain.from_iterable(dependencies.values()))
-    try:
-        target = np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=len(flat))
-    except KeyError:
-        return None
+    get = position.__getitem__
+    # (each C call over one step of the layers, not all of them: over 812k,
+    # the dependencies' positions alone held the GIL 0.25 s, a block of the
+    # event loop though this runs in the ingestion's thread)
+    degree = np.empty(n, dtype=np.int64)
+    parts = []
+    for lo in range(0, n, _STEP):
+        step = sets[lo : lo + _STEP]
+        degree[lo : lo + len(step)] = np.fromiter(map(len, step), dtype=np.int64, count=len(step))
+        deps = list(chain.from_iterable(step))
+        try:
+            parts.append(np.fromiter(map(get, deps), dtype=np.int64, count=len(deps)))
+        except KeyError:
+            return None
+    target = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     source = np.repeat(np.arange(n, dtype=np.int64), degree)
     dependents = source[np.argsort(target, kind="stable")].tolist()
     start = np.zeros(n + 1, dtype=np.int64)
