@@ -188,7 +188,7 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
         # the indices already
         part.off = item_off
         part.idx = items
-        return _finish(part, values.values, order[n - 1])
+        return _report(part, order[n - 1])
     entry_of = array("q", [-1]) * n
     for e, p in enumerate(kept):
         entry_of[p] = e
@@ -206,13 +206,14 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
         off.append(len(idx))
         if outside:
             ext_by_task[e] = tuple(outside)
-    return _finish(part, values.values, order[n - 1 - kept[0]] if kept else "")
+    return _report(part, order[n - 1 - kept[0]] if kept else "")
 
 
-def _finish(part: Part, values: list, first_layer: str) -> Part:
-    for e, v in enumerate(values):
-        if v.block_fusion:
-            part.block_fusion.add(e)
-    if values:
-        part.report.append(LayerReport(first_layer, "MaterializedLayer", "kept", len(values), "", len(values)))
+def _report(part: Part, first_layer: str) -> Part:
+    """One report entry for all the kept layers. (No task here blocks
+    fusion: only P2P's barrier subclass of ``Task`` does, and delayed graphs
+    are not fused.)"""
+    n = len(part.keys)
+    if n:
+        part.report.append(LayerReport(first_layer, "MaterializedLayer", "kept", n, "", n))
     return part
