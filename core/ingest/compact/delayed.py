@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from slimgraph.runtime.disposal import drain
 from slimgraph.shim.compact import MaterializedLayer, Task
 from .assemble import Part, split_dependencies
 from .cull import seed_keys_set
@@ -92,6 +93,11 @@ def toposort_layers(dependencies: dict) -> list | None:
             waiting[r] = w
             if not w:
                 push(r)
+    # its big temporaries freed in steps: dropped at the return, the
+    # position dict and the lists of 812k ints were one C-level cascade
+    # that held the GIL (a 1.15 s block of the event loop in a client-mode
+    # run under load)
+    drain([position, dependents, start, waiting])
     return out
 
 
