@@ -358,8 +358,8 @@ def delayed_hlgs(draw):
         args = [nodes[j] for j in deps] or [i]
         nodes.append(dask.delayed(lambda *a: sum(a), pure=True)(*args, dask_key_name=f"k{i}"))
     hlg = HighLevelGraph.merge(*[d.dask for d in nodes])
-    # some layers named otherwise than their key (the walk then locates
-    # keys by a dict of its own, not through the layer sort's)
+    # some layers named otherwise than their key: the walk must locate a
+    # task by its key, not by its layer's name
     renamed = set(draw(st.lists(st.integers(0, n - 1), max_size=n, unique=True)))
     name = {f"k{i}": f"layer-{i}" if i in renamed else f"k{i}" for i in range(n)}
     if renamed:
