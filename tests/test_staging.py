@@ -264,7 +264,7 @@ def test_owed_plugin_calls_are_delivered_in_slices_while_the_loop_runs():
             p.slim.add_plugin(p.rec_slim)
             p.dash_stock = dashboard_plugins(p.stock)
             p.dash_slim = dashboard_plugins(p.slim)
-            make = lambda c: c.compute((da.ones((400, 400), chunks=2) + 1).sum(axis=0))  # noqa: E731
+            make = lambda c: c.compute((da.ones((300, 300), chunks=2) + 1).sum(axis=0))  # noqa: E731
             msgs, _ = p.capture(make)
             args = p.payload(msgs[0])
             await p.stock.update_graph(client=p.c_stock.id, **args)
@@ -288,7 +288,7 @@ def test_owed_plugin_calls_are_delivered_in_slices_while_the_loop_runs():
             assert layout(p.dash_stock[1]) == layout(p.dash_slim[1])
 
             # owed calls come before any later transition's
-            args2 = p.payload(p.capture(lambda c: c.compute((da.zeros((400, 400), chunks=2) + 1).sum(axis=0)))[0][0])
+            args2 = p.payload(p.capture(lambda c: c.compute((da.zeros((300, 300), chunks=2) + 1).sum(axis=0)))[0][0])
             await p.stock.update_graph(client=p.c_stock.id, **args2)
             expected = list(p.rec_stock.calls)
             await p.slim.update_graph(client=p.c_slim.id, **args2)
