@@ -247,6 +247,69 @@ def test_scheduler_tab_beside_dask_tabs(web, scheduler_proc, client):
 # ---------------------------------------------------------------------------
 
 
+def test_a_closed_pages_session_stops_drawing(web, scheduler_proc, monkeypatch):
+    """Bokeh keeps a closed page's session for 15-32 s; its refresh stops
+    drawing as soon as no browser is connected, and an open page's goes
+    on (the app served in this process, reading a real scheduler)."""
+    import panel as pn
+
+    from slimgraph.dashboard import app as appmod, clusters
+    from slimgraph.dashboard.poller import reset_poller
+
+    page, watch = web
+    monkeypatch.setenv(clusters.ENV_ADDRESS, scheduler_proc[0])
+    reset_poller()
+    clusters.reset_manager()
+    apps = []
+
+    def make():
+        # (not build(): it freezes the process's objects out of the collector)
+        app = appmod.App().start()
+        app.drawn = 0
+        draw = app._render
+
+        def counted():
+            app.drawn += 1
+            draw()
+
+        app._render = counted
+        apps.append(app)
+        return app.layout
+
+    port = free_port()
+    server = pn.serve({"dashboard": make}, port=port, address="127.0.0.1", show=False, threaded=True,
+                      websocket_origin=[f"127.0.0.1:{port}"])  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/dashboard"
+        wait_http(url)  # (a session no browser connects to)
+        never = apps.pop()
+        page.goto(url)
+        page.get_by_role("button", name="Submit").wait_for()
+        other = page.context.new_page()
+        other.goto(url)
+        other.get_by_role("button", name="Submit").wait_for()
+        assert len(apps) == 2
+        first, second = apps
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (first.drawn > 2 and second.drawn > 2):
+            time.sleep(0.1)
+        assert first.drawn > 2 and second.drawn > 2, (first.drawn, second.drawn)
+        other.close()
+        time.sleep(1.0)  # (the server sees the websocket close)
+        assert first._page_open() and not second._page_open()
+        closed_at, open_at = second.drawn, first.drawn
+        time.sleep(2.0)  # four refresh periods
+        assert second.drawn == closed_at
+        assert first.drawn >= open_at + 2
+        assert not second._doc.session_context._session.destroyed  # (still kept by Bokeh)
+        assert never.drawn == 0
+    finally:
+        server.stop()
+        reset_poller()
+        clusters.reset_manager()
+    assert_clean(watch)
+
+
 def test_panel_serve_reads_existing_scheduler(web, scheduler_proc, client, tmp_mod):
     page, watch = web
     address, _ = scheduler_proc
