@@ -16,8 +16,14 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def test_client_mode_measures_both_kinds(tmp_path):
+    import dask
+
     out = tmp_path / "e2e.json"
+    scheduler = dask.config.get("scheduler", None)
     result = bench_client("delayed", 3000, workers=2, json_path=str(out))
+    # its clients leave dask's config as they found it (a shut-down default
+    # client once left it naming the distributed scheduler)
+    assert dask.config.get("scheduler", None) == scheduler
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     assert result["same_result"]
     for kind in ("stock", "slim"):

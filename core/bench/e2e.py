@@ -374,9 +374,12 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             # followed (pinged), then the cancel
             cut = t_done if t_done is not None else t_cancel
             blocks = client.run_on_scheduler(_loop_blocks, since=t0)
-            # the scheduler closes its workers as a cluster's shutdown does
-            # (a terminated dask-worker takes 8 s to close its nannies)
-            client.shutdown()
+        # the scheduler closes its workers as a cluster's shutdown does (a
+        # terminated dask-worker takes 8 s to close its nannies); from a
+        # client of its own, not the default one: a default client shut
+        # down leaves dask's config naming the distributed scheduler
+        with Client(scheduler_file=sfile, timeout="30s", set_as_default=False) as closer:
+            closer.shutdown()
         if rec.status != "OK":
             raise RuntimeError(f"{kind}: update_graph {rec.status}: {rec.error}")
         rss = None
