@@ -63,6 +63,16 @@ def scheduler_proc(tmp_mod):
         try:
             yield address, dash
         finally:
+            # shut down through the scheduler, as a cluster's close does: a
+            # dask-worker stopped by a signal takes 8-15 s to close its nanny
+            from distributed import Client
+
+            try:
+                with Client(address, timeout="10s", set_as_default=False) as c:
+                    c.shutdown()
+                worker.p.wait(20)
+            except Exception:  # noqa: BLE001 - the signal below still stops it
+                pass
             worker.stop()
 
 
