@@ -634,6 +634,11 @@ class App:
             # draw (too small, or absent there) as a dash
             frame = pd.DataFrame({c: v if c == "part" else [summary.fmt(x, "B") for x in v]
                                   for c, v in table.items()})  # fmt: skip
+            if frame.empty:
+                # no rows: no columns either. (Tabulator keeps the columns
+                # of a frame without rows as numbers, and the rows that come
+                # later then show NaN in every cell until the page reloads.)
+                frame = pd.DataFrame()
             self.memory_table.value = frame
             for k, (seq, (data, ntasks, sample, total), when) in trees.items():
                 self._tree_seq[k] = seq

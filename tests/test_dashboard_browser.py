@@ -634,6 +634,13 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
     page.get_by_text(re.compile(r"job \d+ .*: done")).first.wait_for(timeout=600_000)
     page.wait_for_function(f"() => ({SOURCE_JS})('sg-ingestions-live').left.length === 0", timeout=30_000)
     assert "stock" in source(page, "sg-ingestions")["kind"]  # ... and from its record once done
+    # the memory table of a page open since before the job: the kept tree's
+    # parts, filled in (it showed NaN in every cell once the table had been
+    # sent empty, until the page was reloaded)
+    memory = page.locator(".tabulator", has_text="stock B/task").first
+    memory.locator(".tabulator-row").first.wait_for(timeout=30_000)
+    first = memory.locator(".tabulator-row").first.locator(".tabulator-cell[tabulator-field='part']")
+    assert first.inner_text().strip() and "NaN" not in memory.inner_text()
     rss = source(page, "sg-rss-stock")["time"]
     gaps = [(b - a) / 1000 for a, b in zip(rss, rss[1:])]
     print(f"\nwidget answers (s): {[round(a, 2) for a in answers]}; page loads (s): "
