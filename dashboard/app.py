@@ -397,14 +397,16 @@ class App:
         which every open page's refresh needs too: made in one turn, a new
         page held it 0.9 s (the other pages' RSS points 1.3-1.5 s apart
         instead of 0.5 s with idle engines; 2.4 s while stock ingests 1M).
-        The pause lets the refreshes that fell due run between the turns."""
+        The pause lets the refreshes that fell due run between the turns.
+        A page closed meanwhile (a reload, a tab closed at once) stops at
+        the next turn: its charts would be built and sent to nobody."""
         holder = pn.Column(sizing_mode="stretch_width", min_height=400, loading=True)
         made: dict = {}
         doc = pn.state.curdoc
 
         def later(step):
             if doc is not None and doc.session_context is not None:
-                doc.add_timeout_callback(step, STEP_PAUSE_MS)
+                doc.add_timeout_callback(lambda: step() if self._page_open() else made.clear(), STEP_PAUSE_MS)
             else:  # (no server session: a static export, a test's document)
                 step()
 
@@ -420,19 +422,15 @@ class App:
             phases, memory, blocks, lazy = made.pop("cards")
             holder.loading = False
             holder.min_height = None
-            holder[:] = [self._tabs(pn.Column(phases, memory, sizing_mode="stretch_width"), blocks, lazy)]
+            holder[:] = [pn.Tabs(
+                (self.TABS[0], pn.Column(phases, memory, sizing_mode="stretch_width")),
+                (self.TABS[1], blocks),
+                (self.TABS[2], lazy),
+                dynamic=True, sizing_mode="stretch_width",
+            )]  # fmt: skip
 
         later(figures)
         return holder
-
-    def _tabs(self, first, blocks, lazy):
-        self.plot_tabs = pn.Tabs(
-            (self.TABS[0], first),
-            (self.TABS[1], blocks),
-            (self.TABS[2], lazy),
-            dynamic=True, sizing_mode="stretch_width",
-        )  # fmt: skip
-        return self.plot_tabs
 
     def engine_banner(self):
         self.banner = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["sg-banner"])

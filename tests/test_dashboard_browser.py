@@ -313,6 +313,16 @@ def test_a_closed_pages_session_stops_drawing(web, scheduler_proc, monkeypatch):
         assert first.drawn >= open_at + 2
         assert not second._doc.session_context._session.destroyed  # (still kept by Bokeh)
         assert never.drawn == 0
+        # a page closed before its deferred charts are built never builds
+        # them (their turns are spaced out here so that it closes first)
+        monkeypatch.setattr(appmod, "STEP_PAUSE_MS", 3000)
+        third = page.context.new_page()
+        third.goto(url)
+        third.get_by_role("button", name="Submit").wait_for()
+        third.close()
+        time.sleep(4.5)  # (past the first turn: the figures)
+        assert len(apps) == 3 and apps[2].views is None
+        assert first.views is not None
     finally:
         server.stop()
         reset_poller()
