@@ -74,6 +74,14 @@ def history_frame(poll: Poller) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _tree_source(seq: tuple) -> str:
+    """What a memory tree shows, by the key ``_render_plots`` gives it."""
+    if seq[0] == "job":
+        job = next((j for j in jobs() if j.id == seq[1]), None)
+        return f"{job.label if job is not None else f'job {seq[1]}'}, at the end of its ingestion"
+    return "the tasks it holds now"
+
+
 def _flamegraph_download(kind: str, html: str, job_id: int) -> pn.widgets.FileDownload:
     """A download button for a flamegraph (sent only when clicked)."""
     name = f"slimgraph-memray-{kind}-job{job_id}.html"
@@ -364,6 +372,8 @@ class App:
             configuration={"placeholder": "no tasks held yet on either engine (a job's tree is kept at the end "
                                           "of its ingestion)"},
         )  # fmt: skip
+        #: which graph each tree is of, when they are of different ones
+        self.memory_note = pn.pane.HTML("", sizing_mode="stretch_width", margin=(0, 10))
         # seconds, or us per task: a 1M-task bar of minutes flattens every
         # small job's bar in seconds
         self.bar_unit = pn.widgets.RadioButtonGroup(
@@ -375,7 +385,7 @@ class App:
                     _figure_row([self.views.timing[k].figure for k in self.kinds]),
                     title="update_graph phases per job", sizing_mode="stretch_width"),  # fmt: skip
             pn.Card(_figure_row([self.views.memory[k].figure for k in self.kinds]),
-                    self.memory_table,
+                    self.memory_note, self.memory_table,
                     pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
                     title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip
             # made when first rendered (in the page: when their tab is first shown)
@@ -627,7 +637,16 @@ class App:
             biggest = max(t[3] for _, t, _ in trees.values()) or 1
             # (an engine holding no tasks, with no job's tree kept, has no
             # bytes per task to compare)
-            table = tree_table({k: t[0] for k, (_, t, _) in trees.items() if t[1] > 0}, kinds=self.kinds)
+            held = {k: v for k, v in trees.items() if v[1][1] > 0}
+            # (the difference column only for trees of one graph: both live,
+            # or both kept at the end of the same job's ingestion)
+            same = len({seq if seq[0] == "job" else "live" for seq, _, _ in held.values()}) <= 1
+            table = tree_table({k: t[0] for k, (_, t, _) in held.items()}, kinds=self.kinds, compare=same)
+            note = "" if same else "<small class='sg-memory-note'>" + "; ".join(
+                f"{k}: {_tree_source(seq)}" for k, (seq, _, _) in held.items()
+            ) + ": trees of different graphs, so no difference column</small>"  # fmt: skip
+            if self.memory_note.object != note:
+                self.memory_note.object = note
             # shown as the summary strip shows bytes; a part a tree does not
             # draw (too small, or absent there) as a dash
             frame = pd.DataFrame({c: v if c == "part" else [summary.fmt(x, "B") for x in v]

@@ -522,6 +522,8 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     cell = table.locator(".tabulator-row").first.locator(f".tabulator-cell[tabulator-field='{big} B/task']")
     assert cell.inner_text().strip() == summary_fmt(top[big], "B")
     assert "NaN" not in table.inner_text()
+    if len(kinds) == 2:  # both trees of this job: their difference
+        assert "stock - slim B/task" in heads and not page.locator(".sg-memory-note").count()
     table.scroll_into_view_if_needed()
     shot(page, "launch-memory-table")
     # the history table and its CSV
@@ -651,6 +653,17 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
     memory.locator(".tabulator-row").first.wait_for(timeout=30_000)
     first = memory.locator(".tabulator-row").first.locator(".tabulator-cell[tabulator-field='part']")
     assert first.inner_text().strip() and "NaN" not in memory.inner_text()
+    # after the earlier test's job on both engines, slim's tree is of that
+    # job and stock's of this one: two graphs, said so, and no difference
+    titles = {k: page.evaluate(TITLE_JS, f"sg-memory-figure-{k}") for k in kinds}
+    jobs_shown = {k: re.findall(r"job (\d+)'s ingestion", t) for k, t in titles.items()}
+    heads = [h for h in memory.locator(".tabulator-col-title").all_inner_texts() if h.strip()]
+    if len(kinds) == 2 and jobs_shown["slim"] and jobs_shown["slim"] != jobs_shown["stock"]:
+        note = page.locator(".sg-memory-note").first.inner_text()
+        assert "different graphs" in note and f"job {jobs_shown['slim'][0]} " in note, note
+        assert "stock - slim B/task" not in heads, heads
+    else:
+        print("one graph's trees only:", titles)
     rss = source(page, "sg-rss-stock")["time"]
     gaps = [(b - a) / 1000 for a, b in zip(rss, rss[1:])]
     print(f"\nwidget answers (s): {[round(a, 2) for a in answers]}; page loads (s): "

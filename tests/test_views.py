@@ -414,6 +414,9 @@ def test_memory_trees_as_one_table():
     assert t["stock - slim B/task"] == [500.0, 400.0, 300.0, -50.0]
     only = transforms.tree_table({"slim": sl}, kinds=("slim",))
     assert only["part"] == ["run_spec", "keys"] and "stock - slim B/task" not in only
+    # trees of different graphs: each engine's bytes, no difference
+    apart = transforms.tree_table({"stock": st, "slim": sl}, compare=False)
+    assert apart["stock B/task"] == t["stock B/task"] and "stock - slim B/task" not in apart
 
 
 def test_many_job_labels_turn_upright_and_thin_out():

@@ -249,13 +249,17 @@ def lazy_summary(census) -> tuple[dict, dict]:
     return point, attrs
 
 
-def tree_table(trees: dict[str, dict], max_depth: int = 2, kinds: tuple = ("stock", "slim")) -> dict[str, list]:
+def tree_table(trees: dict[str, dict], max_depth: int = 2, kinds: tuple = ("stock", "slim"),
+               compare: bool = True) -> dict[str, list]:
     """The memory trees as one table, stock beside slim: per part of the
     scheduler's state (a tree node down to ``max_depth``, joined by path),
     bytes per task on each engine and the difference. The icicles' data-table
     alternative: the largest parts first, each followed by its own parts.
 
-    ``trees``: kind -> :func:`icicle` columns (the nodes drawn)."""
+    ``trees``: kind -> :func:`icicle` columns (the nodes drawn). ``compare``:
+    whether the trees are of the same graph; the difference column only then
+    (one engine's tree of a delayed graph minus the other's of a dataframe
+    says nothing)."""
     per: dict[str, dict[str, float]] = {}
     depth: dict[str, int] = {}
     for kind, data in trees.items():
@@ -285,7 +289,7 @@ def tree_table(trees: dict[str, dict], max_depth: int = 2, kinds: tuple = ("stoc
     out: dict[str, list] = {"part": []}
     for k in kinds:
         out[f"{k} B/task"] = []
-    both = all(k in trees for k in ("stock", "slim"))
+    both = compare and all(k in trees for k in ("stock", "slim"))
     if both:
         out["stock - slim B/task"] = []
     for path in order:
