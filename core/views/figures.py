@@ -457,7 +457,9 @@ class LazySeriesFigure:
                       x_axis_type="datetime", y_axis_label="MiB", x_axis_label="time",
                       height=260, **_empty_ranges(time_x=True))  # fmt: skip
         src = self.source
-        # the saving is the band between what is held and what eager sets would hold
+        # the saving is the band between what is held and what eager sets would hold.
+        # ("if made now": a set keeps its table as items leave, so on stock the
+        # dashed line falls below what is held as tasks run and their sets empty)
         r1 = fig.varea("time", y1="held_mb", y2="saved_top_mb", source=src,
                        fill_color=engine_tint(kind, 1), fill_alpha=0.6)
         r2 = fig.line("time", "held_mb", source=src, color=engine_color(kind), line_width=2)
@@ -467,7 +469,7 @@ class LazySeriesFigure:
             Legend(
                 items=[
                     LegendItem(label="held", renderers=[r2]),
-                    LegendItem(label="eager sets would hold", renderers=[r3]),
+                    LegendItem(label="eager sets if made now", renderers=[r3]),
                     LegendItem(label="saved", renderers=[r1]),
                 ],
                 label_text_font_size="8pt",
