@@ -299,7 +299,10 @@ class App:
             fig.toolbar_location = "right"
             mem = self.views.memory[k].figure
             mem.toolbar_location = "right"
-            mem.title.text = f"scheduler memory by object: {k} (waiting for the scheduler...)"
+            # (two lines, as every title it gets: Bokeh lays a figure out
+            # for its title's height once, and a second line added later is
+            # drawn over the card's header)
+            mem.title.text = f"scheduler memory by object: {k}\nwaiting for the scheduler..."
 
     def _blocks_card(self):
         """The event-loop blocks strip (made when first shown; the next
@@ -638,13 +641,13 @@ class App:
             # (an engine holding no tasks, with no job's tree kept, has no
             # bytes per task to compare)
             held = {k: v for k, v in trees.items() if v[1][1] > 0}
-            # (the difference column only for trees of one graph: both live,
+            # (the difference column only for trees of one graph at one point: both live,
             # or both kept at the end of the same job's ingestion)
             same = len({seq if seq[0] == "job" else "live" for seq, _, _ in held.values()}) <= 1
             table = tree_table({k: t[0] for k, (_, t, _) in held.items()}, kinds=self.kinds, compare=same)
             note = "" if same else "<small class='sg-memory-note'>" + "; ".join(
                 f"{k}: {_tree_source(seq)}" for k, (seq, _, _) in held.items()
-            ) + ": trees of different graphs, so no difference column</small>"  # fmt: skip
+            ) + ": not one graph at one point, so no difference column</small>"  # fmt: skip
             if self.memory_note.object != note:
                 self.memory_note.object = note
             # shown as the summary strip shows bytes; a part a tree does not
@@ -669,9 +672,10 @@ class App:
                 from slimgraph.instrument.memory import fmt_bytes
 
                 how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"
-                # (a kept tree says so on a second line: one line was cut at
-                # the figure's width in a 1,000 px window)
-                when = "\n" + when.lstrip(", ") if when else ""
+                # (what the tree is of, on a second line: one line was cut
+                # at the figure's width in a 1,000 px window; every title has
+                # two, see _plot_cards)
+                when = "\n" + (when.lstrip(", ") if when else "now: the tasks it holds")
                 self.views.memory[k].figure.title.text = f"scheduler memory: {k}, {fmt_bytes(total)} ({how}){when}"
         if labels:  # jobs name the bars
             for k in self.kinds:
