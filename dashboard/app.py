@@ -79,7 +79,7 @@ def _tree_source(seq: tuple) -> str:
     if seq[0] == "job":
         job = next((j for j in jobs() if j.id == seq[1]), None)
         return f"{job.label if job is not None else f'job {seq[1]}'}, at the end of its ingestion"
-    return "the tasks it holds now"
+    return "the tasks it held at its last walk"
 
 
 def _flamegraph_download(kind: str, html: str, job_id: int) -> pn.widgets.FileDownload:
@@ -675,7 +675,7 @@ class App:
                 # (what the tree is of, on a second line: one line was cut
                 # at the figure's width in a 1,000 px window; every title has
                 # two, see _plot_cards)
-                when = "\n" + (when.lstrip(", ") if when else "now: the tasks it holds")
+                when = "\n" + (when.lstrip(", ") if when else "live: the tasks it held at its last walk")
                 self.views.memory[k].figure.title.text = f"scheduler memory: {k}, {fmt_bytes(total)} ({how}){when}"
         if labels:  # jobs name the bars
             for k in self.kinds:
