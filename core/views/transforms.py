@@ -257,9 +257,9 @@ def tree_table(trees: dict[str, dict], max_depth: int = 2, kinds: tuple = ("stoc
     alternative: the largest parts first, each followed by its own parts.
 
     ``trees``: kind -> :func:`icicle` columns (the nodes drawn). ``compare``:
-    whether the trees are of the same graph; the difference column only then
-    (one engine's tree of a delayed graph minus the other's of a dataframe
-    says nothing)."""
+    whether the trees are of one graph at one point; the difference column
+    only then (one engine's tree of a delayed graph minus the other's of a
+    dataframe says nothing)."""
     per: dict[str, dict[str, float]] = {}
     depth: dict[str, int] = {}
     for kind, data in trees.items():
