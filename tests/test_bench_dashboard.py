@@ -119,3 +119,28 @@ def test_the_apps_lazy_series_shows_its_census_points():
     assert not fig.empty.visible
     assert fig.figure.x_range.start < point["time"] < fig.figure.x_range.end
     assert not app.views.lazy_attrs["stock"].empty.visible
+
+
+def test_page_errors_name_their_tab_and_frame():
+    """Two tabs of one app share its URL: each error the bench records
+    names the tab it came from and, for a page error, where it was raised."""
+    from playwright.sync_api import sync_playwright
+
+    from slimgraph.bench.dashboard import Watch, launch_browser
+
+    watch = Watch()
+    with sync_playwright() as pw:
+        browser = launch_browser(pw)
+        try:
+            ctx = browser.new_context()
+            watch.attach_context(ctx)
+            quiet, loud = ctx.new_page(), ctx.new_page()
+            quiet.set_content("<p>fine</p>")
+            loud.set_content("<script>function render(node) { return node.firstChild; }"
+                             "setTimeout(() => render(null), 0);</script>")  # fmt: skip
+            loud.wait_for_timeout(300)
+        finally:
+            browser.close()
+    msgs = [m for _, _, m in watch.errors]
+    assert len(msgs) == 1 and msgs[0].startswith("[tab 2] pageerror "), msgs
+    assert "firstChild" in msgs[0] and "(at render" in msgs[0], msgs

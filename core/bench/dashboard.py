@@ -263,13 +263,25 @@ class Watch:
         ctx.on("response", lambda r: r.status >= 400 and self.bad_responses.append((r.url, r.status)))
 
     def attach(self, page) -> None:
+        # (each error names its tab: the pages of one app share its URL, and
+        # a reload's window also sees the errors of the app's other open pages)
+        self._tabs = getattr(self, "_tabs", 0) + 1
+        tab = f"[tab {self._tabs}]"
         page.on("console", lambda m: m.type == "error" and self.errors.append(
-            (time.monotonic(), page.url, m.text)))
-        page.on("pageerror", lambda e: self.errors.append((time.monotonic(), page.url, f"pageerror {e}")))
+            (time.monotonic(), page.url, f"{tab} {m.text}")))
+        page.on("pageerror", lambda e: self.errors.append((time.monotonic(), page.url,
+                                                           f"{tab} pageerror {e}{_first_frame(e)}")))
 
     def since(self, t: float, page_url_prefix: str | None = None) -> list[str]:
         return [f"{u}: {m}" for tt, u, m in self.errors
                 if tt >= t and (page_url_prefix is None or u.startswith(page_url_prefix))]  # fmt: skip
+
+
+def _first_frame(error: Any) -> str:
+    """Where a page error was raised (the first frame of its JavaScript
+    stack), or nothing."""
+    frames = [ln.strip() for ln in (getattr(error, "stack", None) or "").splitlines() if ln.strip().startswith("at ")]
+    return f" ({frames[0]})" if frames else ""
 
 
 def launch_browser(pw):
