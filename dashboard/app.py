@@ -74,12 +74,16 @@ def history_frame(poll: Poller) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: what a live memory tree is of (the poller walks each engine's state)
+LIVE_TREE = "the tasks it held at its last walk"
+
+
 def _tree_source(seq: tuple) -> str:
     """What a memory tree shows, by the key ``_render_plots`` gives it."""
     if seq[0] == "job":
         job = next((j for j in jobs() if j.id == seq[1]), None)
         return f"{job.label if job is not None else f'job {seq[1]}'}, at the end of its ingestion"
-    return "the tasks it held at its last walk"
+    return LIVE_TREE
 
 
 def _flamegraph_download(kind: str, html: str, job_id: int) -> pn.widgets.FileDownload:
@@ -675,7 +679,7 @@ class App:
                 # (what the tree is of, on a second line: one line was cut
                 # at the figure's width in a 1,000 px window; every title has
                 # two, see _plot_cards)
-                when = "\n" + (when.lstrip(", ") if when else "live: the tasks it held at its last walk")
+                when = "\n" + (when.lstrip(", ") if when else f"live: {LIVE_TREE}")
                 self.views.memory[k].figure.title.text = f"scheduler memory: {k}, {fmt_bytes(total)} ({how}){when}"
         if labels:  # jobs name the bars
             for k in self.kinds:

@@ -257,6 +257,7 @@ class Watch:
     def __init__(self) -> None:
         self.errors: list[tuple[float, str, str]] = []  # (time, page url, text)
         self.bad_responses: list[tuple[str, int]] = []
+        self._tabs = 0  # pages attached so far
 
     def attach_context(self, ctx) -> None:
         ctx.on("page", self.attach)
@@ -265,7 +266,7 @@ class Watch:
     def attach(self, page) -> None:
         # (each error names its tab: the pages of one app share its URL, and
         # a reload's window also sees the errors of the app's other open pages)
-        self._tabs = getattr(self, "_tabs", 0) + 1
+        self._tabs += 1
         tab = f"[tab {self._tabs}]"
         page.on("console", lambda m: m.type == "error" and self.errors.append(
             (time.monotonic(), page.url, f"{tab} {m.text}")))
