@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 OPT_LAZY = "lazy containers"
 OPT_INGEST = "ingest only (no compute)"
 OPT_MEMRAY = "memray capture"
+#: the size preset shown while the typed task count matches no preset
+CUSTOM_SIZE = "custom"
 
 REFRESH_MS = int(os.environ.get("SLIMGRAPH_DASHBOARD_REFRESH_MS", 500))
 #: the pause between the turns that make a new page's charts (see
@@ -71,7 +73,7 @@ def job_figures(poll: Poller, job: Job) -> dict[str, dict]:
 
 def history_frame(poll: Poller) -> pd.DataFrame:
     rows = [summary.history_row(j, job_figures(poll, j)) for j in jobs()]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=summary.history_columns())
 
 
 #: what a live memory tree is of (the poller walks each engine's state)
@@ -229,11 +231,12 @@ class App:
         self.workload = pn.widgets.Select(label="Workload", options=list(workloads.WORKLOADS), value="array",
                                           sizing_mode="stretch_width")  # fmt: skip
         self.size = pn.widgets.Select(label="Size preset (fills in the task count)",
-                                      options=list(workloads.SIZES), value="10k",
+                                      options=[*workloads.SIZES, CUSTOM_SIZE], value="10k",
                                       sizing_mode="stretch_width")  # fmt: skip
         self.tasks = pn.widgets.TextInput(label="Tasks (about; any positive whole number)",
                                           value=str(workloads.SIZES["10k"]), sizing_mode="stretch_width")  # fmt: skip
         self.size.param.watch(self._on_preset, "value")
+        self.tasks.param.watch(self._on_tasks_typed, "value")
         self.kind = pn.widgets.RadioButtonGroup(
             label="Scheduler", options=["stock", "slim", "both"], value="both" if slim_ok else "stock",
             visible=not remote, sizing_mode="stretch_width",
@@ -271,7 +274,8 @@ class App:
             "Its figures appear here, stock beside slim.</i></div>",
             sizing_mode="stretch_width", stylesheets=[summary.SUMMARY_CSS],
         )  # fmt: skip
-        self.history = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False,
+        self.history = pn.widgets.Tabulator(pd.DataFrame(columns=summary.history_columns(), dtype=object),
+                                            disabled=True, show_index=False,
                                             sizing_mode="stretch_width", pagination="local",
                                             page_size=10, frozen_columns=["job"], name="job history",
                                             configuration={"placeholder": "no job yet: each job submitted from the "
@@ -373,7 +377,7 @@ class App:
         # the memory trees as a table: the largest parts of the state, per
         # task, stock beside slim (also what a screen reader gets of them)
         self.memory_table = pn.widgets.Tabulator(
-            pd.DataFrame(), disabled=True, show_index=False, sizing_mode="stretch_width", height=260,
+            self._memory_frame({}), disabled=True, show_index=False, sizing_mode="stretch_width", height=260,
             name="memory per task", text_align={c: "right" for c in ("stock B/task", "slim B/task", "stock - slim B/task")},
             # (an empty scheduler is left out: say why the table is empty)
             configuration={"placeholder": "no tasks held yet on either engine (a job's tree is kept at the end "
@@ -403,6 +407,35 @@ class App:
         if render:
             self._render_plots()
         return cards
+
+    def _memory_frame(self, table: dict) -> pd.DataFrame:
+        """The memory table's frame: always the same columns (the part, each
+        engine's bytes per task, and with both engines their difference),
+        bytes shown as the summary strip shows them; a part a tree does not
+        draw (too small, or absent there) as a dash, a difference that would
+        compare two graphs (see the note above the table) left blank.
+
+        Why the same columns. Every new set of columns makes Tabulator's
+        column models anew, and a page loading while that happens can get a
+        message that names models it was never sent: a reloaded page broke
+        with BokehJS errors ("reference p131435 isn't known", "Cannot read
+        properties of null (reading 'firstChild')") once in 130 reloads
+        of a 30-minute soak, and in 16 of 60 reloads of a bare Tabulator
+        whose columns change every 60 ms (none with fixed columns)."""
+        columns = ["part", *(f"{k} B/task" for k in self.kinds)]
+        if len(self.kinds) == 2:
+            columns.append("stock - slim B/task")
+        n = len(table.get("part", ()))
+        out = {}
+        for c in columns:
+            v = table.get(c)
+            if c == "part":
+                out[c] = pd.Series(v or [], dtype=object)
+            elif v is None:
+                out[c] = pd.Series([""] * n, dtype=object)
+            else:
+                out[c] = pd.Series([summary.fmt(x, "B") for x in v], dtype=object)
+        return pd.DataFrame(out)
 
     #: the chart tabs, in order (the first is shown when a page opens)
     TABS = ("Phases and memory", "Event-loop blocks", "Lazy containers")
@@ -455,7 +488,16 @@ class App:
 
     # -- callbacks ------------------------------------------------------------
     def _on_preset(self, event) -> None:
-        self.tasks.value = str(workloads.SIZES[event.new])
+        if event.new in workloads.SIZES:
+            self.tasks.value = str(workloads.SIZES[event.new])
+
+    def _on_tasks_typed(self, event) -> None:
+        """The preset follows a typed count: the preset of that size, or
+        "custom" (a preset left showing "10k" beside 200000 tells the user
+        the wrong size)."""
+        text = str(event.new).strip().replace(",", "").replace("_", "")
+        match = [name for name, n in workloads.SIZES.items() if text == str(n)]
+        self.size.value = match[0] if match else CUSTOM_SIZE
 
     def _history_csv(self):
         return io.StringIO(history_frame(self.poll).to_csv(index=False))
@@ -651,19 +693,10 @@ class App:
             table = tree_table({k: t[0] for k, (_, t, _) in held.items()}, kinds=self.kinds, compare=same)
             note = "" if same else "<small class='sg-memory-note'>" + "; ".join(
                 f"{k}: {_tree_source(seq)}" for k, (seq, _, _) in held.items()
-            ) + ": not one graph at one point, so no difference column</small>"  # fmt: skip
+            ) + ": not one graph at one point, so no difference (its column left blank)</small>"  # fmt: skip
             if self.memory_note.object != note:
                 self.memory_note.object = note
-            # shown as the summary strip shows bytes; a part a tree does not
-            # draw (too small, or absent there) as a dash
-            frame = pd.DataFrame({c: v if c == "part" else [summary.fmt(x, "B") for x in v]
-                                  for c, v in table.items()})  # fmt: skip
-            if frame.empty:
-                # no rows: no columns either. (Tabulator keeps the columns
-                # of a frame without rows as numbers, and the rows that come
-                # later then show NaN in every cell until the page reloads.)
-                frame = pd.DataFrame()
-            self.memory_table.value = frame
+            self.memory_table.value = self._memory_frame(table)
             for k, (seq, (data, ntasks, sample, total), when) in trees.items():
                 self._tree_seq[k] = seq
                 scale = total / biggest

@@ -104,6 +104,16 @@ def history_row(job: Any, figures: dict[str, dict]) -> dict:
     return row
 
 
+def history_columns() -> list[str]:
+    """The job history table's columns, in order (the same for every row:
+    the table is sent with them before its first job, and never with
+    others; see ``App._memory_frame`` for why)."""
+    from types import SimpleNamespace
+
+    blank = SimpleNamespace(id=None, workload=None, tasks=None, kinds=(), settings=None, phase=None)
+    return list(history_row(blank, {}))
+
+
 def strip_html(job: Any, figures: dict[str, dict], kinds: tuple[str, ...]) -> str:
     """The summary strip of one job: a small table, stock beside slim, ratios.
 

@@ -154,6 +154,17 @@ TITLE_JS = """(name) => {
     return null;
 }"""
 
+#: the ids of a table's column models (the table with a column of that
+#: field: "part" the memory table, "job" the job history), or null before
+#: the table is in the page
+COLUMNS_JS = """(field) => {
+    for (const d of Bokeh.documents)
+        for (const m of d.all_models)
+            if (m.columns && m.source && m.columns.some((c) => c.field === field))
+                return m.columns.map((c) => c.id);
+    return null;
+}"""
+
 
 def source(page, name: str) -> dict | None:
     return page.evaluate(SOURCE_JS, name)
@@ -374,6 +385,8 @@ def test_panel_serve_reads_existing_scheduler(web, scheduler_proc, client, tmp_m
         box = page.locator(".bk-input-group", has_text="Tasks (about").locator("input").first
         box.fill("1500")
         box.press("Enter")
+        # the preset follows what was typed: no preset is 1500
+        sync_api.expect(page.locator("select").nth(1)).to_have_value("custom")
         page.get_by_role("button", name="Submit").click()
         page.get_by_text(re.compile(r"job 2 \(array 1.5k\).*: done")).first.wait_for(timeout=60_000)
         wait_rows(page, "sg-timing-stock", "submission_id", before)
@@ -381,6 +394,7 @@ def test_panel_serve_reads_existing_scheduler(web, scheduler_proc, client, tmp_m
 
         # cancel: a 10k-task job on one single-threaded worker runs for seconds
         page.locator("select").nth(1).select_option("10k")
+        sync_api.expect(box).to_have_value("10000")
         page.get_by_role("button", name="Submit").click()
         page.get_by_text(re.compile(r"job 3 .*: running")).first.wait_for(timeout=60_000)
         page.get_by_text(re.compile(r"stock: computing")).first.wait_for(timeout=60_000)
@@ -461,6 +475,8 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     page.goto(url)
     kinds = engines_running(page)
     page.get_by_role("button", name="Submit").wait_for()
+    page.wait_for_function(f"() => ({COLUMNS_JS})('job') !== null", timeout=60_000)
+    history_columns = page.evaluate(COLUMNS_JS, "job")
     box = page.locator(".bk-input-group", has_text="Tasks (about").locator("input").first
     box.fill("not a number")
     box.press("Enter")
@@ -477,6 +493,9 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     job_id = job.get_attribute("data-job")
     page.get_by_text(re.compile(rf"job {job_id} \(array 1.5k\).*: done")).first.wait_for(timeout=240_000)
     page.wait_for_timeout(1500)  # one more refresh after the end
+    # the job history got its row in the columns it was sent before it had
+    # any (new column models while pages load break reloads: App._memory_frame)
+    assert page.evaluate(COLUMNS_JS, "job") == history_columns
     shown = summary_values(page)
     for kind, address in addresses(page, kinds).items():
         with Client(address, timeout="30s", set_as_default=False) as c:
@@ -524,6 +543,8 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     assert "NaN" not in table.inner_text()
     if len(kinds) == 2:  # both trees of this job: their difference
         assert "stock - slim B/task" in heads and not page.locator(".sg-memory-note").count()
+        first_diff = table.locator(".tabulator-row").first.locator(".tabulator-cell[tabulator-field='stock - slim B/task']")
+        assert first_diff.inner_text().strip() not in ("", "-")
     table.scroll_into_view_if_needed()
     shot(page, "launch-memory-table")
     # the history table and its CSV
@@ -617,6 +638,8 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
     url, _ = launched
     page.goto(url)
     kinds = engines_running(page)
+    page.wait_for_function(f"() => ({COLUMNS_JS})('part') !== null", timeout=60_000)
+    columns_before = page.evaluate(COLUMNS_JS, "part")
     page.locator("select").nth(1).select_option("100k")
     box = page.locator(".bk-input-group", has_text="Tasks (about").locator("input").first
     box.fill("120000")
@@ -653,6 +676,10 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
     memory.locator(".tabulator-row").first.wait_for(timeout=30_000)
     first = memory.locator(".tabulator-row").first.locator(".tabulator-cell[tabulator-field='part']")
     assert first.inner_text().strip() and "NaN" not in memory.inner_text()
+    # ... in the columns it was sent when the page opened: new column models
+    # while pages load broke reloads now and then (BokehJS: "reference ...
+    # isn't known"; see App._memory_frame)
+    assert page.evaluate(COLUMNS_JS, "part") == columns_before
     # after the earlier test's job on both engines, slim's tree is of that
     # job and stock's of this one: two graphs, said so, and no difference
     titles = {k: page.evaluate(TITLE_JS, f"sg-memory-figure-{k}") for k in kinds}
@@ -664,7 +691,8 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
     if len(kinds) == 2 and jobs_shown["slim"] and jobs_shown["slim"] != jobs_shown["stock"]:
         note = page.locator(".sg-memory-note").first.inner_text()
         assert "not one graph at one point" in note and f"job {jobs_shown['slim'][0]} " in note, note
-        assert "stock - slim B/task" not in heads, heads
+        diff = memory.locator(".tabulator-cell[tabulator-field='stock - slim B/task']").all_inner_texts()
+        assert diff and not any(t.strip() for t in diff), diff  # (the column stays; blank)
     else:
         print("one graph's trees only:", titles)
     rss = source(page, "sg-rss-stock")["time"]
