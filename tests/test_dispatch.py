@@ -967,3 +967,55 @@ def test_a_plugin_removed_while_ready_tasks_go_out_hears_everything_first():
             assert heard["bulk"] == heard["stock"]
 
     asyncio.run(body())
+
+
+@pytest.mark.parametrize("rest", [0.0, 1.0])
+def test_slices_leave_the_loop_to_other_handlers_as_long_again(rest, monkeypatch):
+    """``slimgraph.background-rest``: after each slice of ready tasks the
+    tail leaves the event loop to other handlers at least ``rest`` times as
+    long as the slice held it (another client's round trip takes a few
+    turns of the loop; with a slice in every turn, a ping took 100-200 ms
+    while a 300k-task graph's ready tasks went out), and what is sent, to
+    which worker, in which order, stays stock's. Between the slices here
+    only the test's own waiter runs, so without the rest the next slice
+    starts at the next turn."""
+    import time
+
+    from slimgraph.ingest import tail
+
+    spans: list = []
+    step = tail.Tails._step
+
+    def timed(self, seconds):
+        t0 = time.perf_counter()
+        step(self, seconds)
+        spans.append((t0, time.perf_counter()))
+
+    monkeypatch.setattr(tail.Tails, "_step", timed)
+
+    async def body():
+        async with SlicedTrio((1, 2)) as t:  # (its logs keep every transition; its own submit is not used)
+            msgs, _ = intercept(t.client, lambda c: c.compute(_delayed_tree(2000)))
+            views = {}
+            for kind, s in t.s.items():
+                counter = s.transition_counter
+                with dask.config.set({"slimgraph.bulk-dispatch": kind != "one-by-one",
+                                      "slimgraph.background-rest": rest}), _tiny_slices():  # fmt: skip
+                    for msg in msgs:
+                        await s.update_graph(client="client", **arguments(msg))
+                    if kind != "stock":
+                        assert s.slim_tails, kind  # (the slices are still to come)
+                        await s.slim_tails.wait()
+                views[kind] = view(s, t.sent[kind], s.transition_counter - counter)
+            _assert_same_but_log_order(views)
+
+    asyncio.run(body())
+    # (pairs within one scheduler's tail: each slice and the one after it)
+    pairs = [(a, b) for a, b in zip(spans, spans[1:]) if b[0] - a[1] < 1.0]
+    assert len(pairs) > 10
+    rested = [b[0] - a[1] >= rest * (a[1] - a[0]) for a, b in pairs]
+    if rest:
+        assert all(rested), [(round(b[0] - a[1], 6), round(a[1] - a[0], 6)) for a, b in pairs]
+    else:  # the next slice at the next turn: mostly sooner than a slice lasts
+        gaps = sorted(b[0] - a[1] for a, b in pairs)
+        assert gaps[len(gaps) // 2] < sorted(a[1] - a[0] for a, _ in pairs)[len(pairs) // 2]

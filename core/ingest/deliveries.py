@@ -52,6 +52,7 @@ from collections import deque
 from typing import Any, Iterator
 
 from slimgraph import shim
+from slimgraph.runtime import loopshare
 
 logger = logging.getLogger("distributed.scheduler")
 
@@ -190,7 +191,8 @@ class Deliveries:
     async def _drain(self) -> None:
         steps = self.steps
         while steps:
-            deadline = time.perf_counter() + SLICE
+            t0 = time.perf_counter()
+            deadline = t0 + SLICE
             back = self._haunt()
             waiting = False
             try:
@@ -210,7 +212,8 @@ class Deliveries:
             finally:
                 self._unhaunt(back)
             self._emptied()
-            await asyncio.sleep(0.005 if waiting else 0)
+            # (the loop to others meanwhile: slimgraph.runtime.loopshare)
+            await asyncio.sleep(0.005 if waiting else loopshare.rest_after(time.perf_counter() - t0))
 
     async def wait(self) -> None:
         """Until everything owed is delivered (tests)."""

@@ -29,10 +29,12 @@ wire only after its ``update_graph`` has returned.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from typing import Any
 
 from slimgraph import config
+from slimgraph.runtime import loopshare
 
 __all__ = ["send_all", "Pacer"]
 
@@ -113,6 +115,22 @@ class Pacer:
         return type(self.bs).abort(self.bs)
 
     # -- handing over ------------------------------------------------------
+    async def _written(self, batches: int) -> float:
+        """Seconds of the turn in which the stream took the batch after
+        ``batches`` for writing (0 if the stream stops first). distributed
+        serializes a batch in the step that takes it, before the write's
+        first wait: the last poll here (every millisecond) before the batch
+        was seen taken and the poll that saw it bound that step (and
+        whatever else ran then)."""
+        bs = self.bs
+        last = time.perf_counter()
+        while bs.batch_count == batches:
+            if bs.please_stop or bs.closed():
+                return 0.0
+            last = time.perf_counter()
+            await asyncio.sleep(0.001)
+        return time.perf_counter() - last
+
     async def _hand_over(self) -> None:
         bs = self.bs
         pending = self.pending
@@ -125,8 +143,14 @@ class Pacer:
                     await asyncio.sleep(0.001)
                     continue
                 n = min(self.slice_size, len(pending))
+                batches = bs.batch_count
                 send(bs, *[pending.popleft() for _ in range(n)])
                 Pacer.slices_handed += 1
+                if pending and loopshare.rest_after(1.0):
+                    # distributed serializes the batch on the loop when it
+                    # writes it: the loop to others for as long again
+                    # (slimgraph.runtime.loopshare)
+                    await asyncio.sleep(loopshare.rest_after(await self._written(batches)))
                 await asyncio.sleep(0)
         finally:
             if pending and not bs.please_stop and not bs.closed():

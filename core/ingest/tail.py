@@ -65,7 +65,7 @@ from dask.utils import parse_timedelta
 
 from slimgraph import config, shim
 from slimgraph.ingest import dispatch, pacing
-from slimgraph.runtime import disposal
+from slimgraph.runtime import disposal, loopshare
 
 logger = logging.getLogger("distributed.scheduler")
 
@@ -337,7 +337,9 @@ class Tails:
             if getattr(getattr(tail.state, "status", None), "name", "running") in ("closing", "closed", "failed"):
                 self.queue.clear()
                 return
+            t = perf_counter()
             self._step(slice_seconds() or 0.05)
+            rest = loopshare.rest_after(perf_counter() - t)
             if tail.done:
                 # its hand-off list (a tuple per task) and messages: freed
                 # in a thread, in steps
@@ -346,7 +348,7 @@ class Tails:
                     garbage.append(tail.reuse.msg_at)
                 tail.reuse = None
                 await shim.offload(disposal.drain_and_give_back, garbage, bool(config.get("trim-heap")))
-            await asyncio.sleep(0)
+            await asyncio.sleep(rest)  # (the loop to others meanwhile: slimgraph.runtime.loopshare)
 
     def finish_now(self) -> None:
         """Send everything still owed, now (a plugin is being removed)."""
