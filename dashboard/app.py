@@ -76,6 +76,11 @@ def history_frame(poll: Poller) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=summary.history_columns())
 
 
+def _count_text(value: object) -> str:
+    """A typed task count as digits to read ("200,000" and "200_000" too)."""
+    return str(value).strip().replace(",", "").replace("_", "")
+
+
 #: what a live memory tree is of (the poller walks each engine's state)
 LIVE_TREE = "the tasks it held at its last walk"
 
@@ -495,7 +500,7 @@ class App:
         """The preset follows a typed count: the preset of that size, or
         "custom" (a preset left showing "10k" beside 200000 tells the user
         the wrong size)."""
-        text = str(event.new).strip().replace(",", "").replace("_", "")
+        text = _count_text(event.new)
         match = [name for name, n in workloads.SIZES.items() if text == str(n)]
         self.size.value = match[0] if match else CUSTOM_SIZE
 
@@ -509,7 +514,7 @@ class App:
         return out
 
     def _parse_tasks(self) -> int:
-        text = str(self.tasks.value).strip().replace(",", "").replace("_", "")
+        text = _count_text(self.tasks.value)
         try:
             n = int(text)
         except ValueError:

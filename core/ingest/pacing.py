@@ -146,7 +146,7 @@ class Pacer:
                 batches = bs.batch_count
                 send(bs, *[pending.popleft() for _ in range(n)])
                 Pacer.slices_handed += 1
-                if pending and loopshare.rest_after(1.0):
+                if pending and loopshare.ratio():
                     # distributed serializes the batch on the loop when it
                     # writes it: the loop to others for as long again
                     # (slimgraph.runtime.loopshare)

@@ -26,12 +26,17 @@ from __future__ import annotations
 
 from slimgraph import config
 
-__all__ = ["rest_after"]
+__all__ = ["ratio", "rest_after"]
+
+
+def ratio() -> float:
+    """``slimgraph.background-rest`` (0: no rest)."""
+    r = float(config.get("background-rest") or 0.0)
+    if r < 0:
+        raise ValueError(f"slimgraph.background-rest must be >= 0, got {r!r}")
+    return r
 
 
 def rest_after(seconds: float) -> float:
     """How long to leave the loop to others after a step of ``seconds``."""
-    ratio = float(config.get("background-rest") or 0.0)
-    if ratio < 0:
-        raise ValueError(f"slimgraph.background-rest must be >= 0, got {ratio!r}")
-    return max(0.0, seconds) * ratio
+    return max(0.0, seconds) * ratio()
