@@ -398,6 +398,9 @@ def _plugins(state: Any, b: Build) -> Any:
         "stimulus_id": sub.stimulus_id,
     }
     stack = b.layout_stack if b.hook_tasks is not None and len(b.layout_stack or ()) == len(b.hook_tasks) else None
+    # the calls own the arguments from now on (nothing reads them after the
+    # commit), so that they can free them off the loop when made
+    b.hook_tasks = b.hook_priority = b.layout_stack = None
     return deliveries.update_graph_hooks(state, hooked, kwargs, stack)
 
 
@@ -551,6 +554,9 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
         d.add(owed, told_later)
         if plan.complete:
             calls = _in_stock_order(entries, made, plan.tail)
+            # the calls own the entries from now on (nothing reads them
+            # after the commit), so that they can free them off the loop
+            plan.entries = []
         else:  # no plugin listens to the replay's transitions
             calls = _made_in_order(made, plan.tail)
         later = {pair: [p for p in ps if id(p) in told_later] for pair, ps in pairs.items()}
@@ -639,6 +645,9 @@ def _in_stock_order(entries: list, made: list, tail: Any = None) -> Any:
         yield deliveries.WAIT
     for key, start, finish, _ in entries[cur:]:
         yield key, start, finish
+    box = [entries]
+    del entries
+    deliveries.free_later(box)
 
 
 def _made_in_order(made: list, tail: Any = None) -> Any:

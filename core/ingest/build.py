@@ -37,6 +37,7 @@ from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.containers import Edges, freeze, thaw_stable
 from slimgraph.model.keys import NameResolver
 from slimgraph.model.taskstate import SlimTaskState, _prio_head, stored_annotations
+from slimgraph.runtime import disposal
 
 #: what stock reports from update_graph goes where stock reports it
 stock_logger = logging.getLogger("distributed.scheduler")
@@ -188,7 +189,10 @@ class Build:
         """Big containers only this build holds (see slimgraph.runtime.disposal)."""
         own = [] if self.adopted else [self.tasks]
         merged = [] if self.premerged is None else [self.premerged[1]]
-        return [*own, self.by_index, self.new, self.touched, *self.scratch, *merged]
+        # the plugins' hook arguments, unless the owed calls took them (they
+        # free them when made) or a plugin kept them
+        hooks = disposal.sole(self, "hook_tasks", "hook_priority", "layout_stack")
+        return [*own, self.by_index, self.new, self.touched, *self.scratch, *merged, *hooks]
 
     def group_delta(self, tg: Any) -> GroupDelta | None:
         return self.live_groups.get(id(tg)) if self.live_groups else None

@@ -62,6 +62,7 @@ from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.containers import Edges, freeze
 from slimgraph.model.queue import staged_run
 from slimgraph.model.taskstate import NO_RARE, sorted_by_priority
+from slimgraph.runtime import disposal
 
 #: Extra transition-log entries kept in a plan's tail: a root-ish task sent
 #: to a worker by the applier logs one entry where the replay assumed two.
@@ -139,6 +140,9 @@ class Plan:
         Not the sorted run or its members: the scheduler's queue adopts them;
         not the hand-offs while a tail sends them (it frees them after)."""
         out = [self.queued, self.queued_at]
+        # the log entries (a million and more when plugins listen), unless
+        # the owed plugin calls took them (they free them when made)
+        out += disposal.sole(self, "entries")
         if self.premade is not None:
             out.append(self.premade[1])
         if self.tail is None or self.tail.done:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import sys
 from collections import deque
 from time import perf_counter
 from typing import Any
@@ -78,6 +79,32 @@ def _drain_list(c: list) -> float:
 def big(*containers: Any, at_least: int = 10_000) -> list:
     """The containers worth draining (others go with their owner)."""
     return [c for c in containers if c is not None and hasattr(c, "__len__") and len(c) >= at_least]
+
+
+def sole(owner: Any, *names: str) -> list:
+    """Those of ``owner``'s attributes ``names`` that nothing but ``owner``
+    holds: safe to drain. A container that anything else still reads (a
+    batch of owed plugin calls, a plugin that kept the list it was given)
+    is left alone; it goes with its last holder."""
+    out = []
+    for name in names:
+        c = getattr(owner, name, None)
+        # the references: owner's attribute, ``c``, getrefcount's argument
+        if c is not None and sys.getrefcount(c) == 3:
+            out.append(c)
+    return out
+
+
+def take_sole(box: list) -> list:
+    """Empty ``box`` (containers put there by their last user, who kept no
+    other reference); returns those that nothing else holds either."""
+    out = []
+    while box:
+        c = box.pop()
+        # the references: ``c``, getrefcount's argument
+        if c is not None and sys.getrefcount(c) == 2:
+            out.append(c)
+    return out
 
 
 _TRIM: Any = None  # glibc's malloc_trim, or False where there is none
