@@ -271,9 +271,16 @@ def free_later(box: list) -> None:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    task = loop.create_task(shim.offload(disposal.drain, sole))
+    task = loop.create_task(_drain_off_loop(sole))
     _freeing.add(task)
     task.add_done_callback(_freeing.discard)
+
+
+async def _drain_off_loop(containers: list) -> None:
+    try:
+        await shim.offload(disposal.drain, containers)
+    except RuntimeError:  # the offload thread is gone (the interpreter exits)
+        containers.clear()
 
 
 def layout_stack(tasks: list, priority: dict) -> list:
