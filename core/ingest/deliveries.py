@@ -51,7 +51,7 @@ import time
 from collections import deque
 from typing import Any, Iterator
 
-from slimgraph import shim
+from slimgraph import config, shim
 from slimgraph.runtime import disposal, loopshare
 
 logger = logging.getLogger("distributed.scheduler")
@@ -277,8 +277,8 @@ def free_later(box: list) -> None:
 
 
 async def _drain_off_loop(containers: list) -> None:
-    try:
-        await shim.offload(disposal.drain, containers)
+    try:  # (as the pipeline frees its own: the heap given back after)
+        await shim.offload(disposal.drain_and_give_back, containers, bool(config.get("trim-heap")))
     except RuntimeError:  # the offload thread is gone (the interpreter exits)
         containers.clear()
 
