@@ -93,6 +93,19 @@ def _tree_source(seq: tuple) -> str:
     return LIVE_TREE
 
 
+def _widget(cls: type, **params: Any) -> Any:
+    """``cls(**params)``, with a widget's text and colour passed under the
+    names this Panel uses: Panel 1.9 renamed a widget's ``name`` to
+    ``label`` and a button's ``button_type`` to ``color``, and warns on the
+    old names (in every server log, once per session); older Panels know
+    only the old ones."""
+    if "name" in params and "label" in cls.param:
+        params["label"] = params.pop("name")
+    if "button_type" in params and "color" in cls.param:
+        params["color"] = params.pop("button_type")
+    return cls(**params)
+
+
 def _flamegraph_download(kind: str, html: str, job_id: int) -> pn.widgets.FileDownload:
     """A download button for a flamegraph (sent only when clicked)."""
     name = f"slimgraph-memray-{kind}-job{job_id}.html"
@@ -248,15 +261,15 @@ class App:
         )  # fmt: skip
         # one group: each box is wrapped in a <label>, so every box has an
         # accessible name (Panel's single Checkbox renders an unlabeled input)
-        self.options = pn.widgets.CheckBoxGroup(
-            name="Submission options", options=[OPT_LAZY, OPT_INGEST, OPT_MEMRAY], value=[OPT_LAZY],
+        self.options = _widget(
+            pn.widgets.CheckBoxGroup, name="Submission options", options=[OPT_LAZY, OPT_INGEST, OPT_MEMRAY], value=[OPT_LAZY],
             inline=False, sizing_mode="stretch_width",
         )  # fmt: skip
-        self.submit = pn.widgets.Button(label="Submit", button_type="primary")
+        self.submit = _widget(pn.widgets.Button, label="Submit", button_type="primary")
         self.cancel = pn.widgets.Button(label="Cancel", disabled=True)
         self.submit.on_click(self._on_submit)
         self.cancel.on_click(self._on_cancel)
-        self.progress = pn.indicators.Progress(value=0, max=100, active=False, sizing_mode="stretch_width",
+        self.progress = _widget(pn.indicators.Progress, value=0, max=100, active=False, sizing_mode="stretch_width",
                                                name="computation progress")  # fmt: skip
         self.job_status = pn.pane.HTML("<small>no job yet</small>", sizing_mode="stretch_width",
                                        css_classes=["sg-job-status"])  # fmt: skip
@@ -279,16 +292,16 @@ class App:
             "Its figures appear here, stock beside slim.</i></div>",
             sizing_mode="stretch_width", stylesheets=[summary.SUMMARY_CSS],
         )  # fmt: skip
-        self.history = pn.widgets.Tabulator(pd.DataFrame(columns=summary.history_columns(), dtype=object),
+        self.history = _widget(pn.widgets.Tabulator, value=pd.DataFrame(columns=summary.history_columns(), dtype=object),
                                             disabled=True, show_index=False,
                                             sizing_mode="stretch_width", pagination="local",
                                             page_size=10, frozen_columns=["job"], name="job history",
                                             configuration={"placeholder": "no job yet: each job submitted from the "
                                                                           "launcher gets a row here"})  # fmt: skip
-        self.csv = pn.widgets.FileDownload(callback=self._history_csv, filename="slimgraph-jobs.csv",
+        self.csv = _widget(pn.widgets.FileDownload, callback=self._history_csv, filename="slimgraph-jobs.csv",
                                            label="Download the job history (CSV)", embed=False,
                                            button_type="default")  # fmt: skip
-        self.parquet = pn.widgets.FileDownload(callback=self._history_parquet, filename="slimgraph-jobs.parquet",
+        self.parquet = _widget(pn.widgets.FileDownload, callback=self._history_parquet, filename="slimgraph-jobs.parquet",
                                                label="Download the job history (Parquet)", embed=False,
                                                button_type="default")  # fmt: skip
 
@@ -381,8 +394,8 @@ class App:
 
         # the memory trees as a table: the largest parts of the state, per
         # task, stock beside slim (also what a screen reader gets of them)
-        self.memory_table = pn.widgets.Tabulator(
-            self._memory_frame({}), disabled=True, show_index=False, sizing_mode="stretch_width", height=260,
+        self.memory_table = _widget(
+            pn.widgets.Tabulator, value=self._memory_frame({}), disabled=True, show_index=False, sizing_mode="stretch_width", height=260,
             name="memory per task", text_align={c: "right" for c in ("stock B/task", "slim B/task", "stock - slim B/task")},
             # (an empty scheduler is left out: say why the table is empty)
             configuration={"placeholder": "no tasks held yet on either engine (a job's tree is kept at the end "
@@ -392,8 +405,8 @@ class App:
         self.memory_note = pn.pane.HTML("", sizing_mode="stretch_width", margin=(0, 10))
         # seconds, or us per task: a 1M-task bar of minutes flattens every
         # small job's bar in seconds
-        self.bar_unit = pn.widgets.RadioButtonGroup(
-            name="Phase bars in", options={"seconds": "s", "us per task": "us"}, value="s", width=220,
+        self.bar_unit = _widget(
+            pn.widgets.RadioButtonGroup, name="Phase bars in", options={"seconds": "s", "us per task": "us"}, value="s", width=220,
         )  # fmt: skip
         self.bar_unit.param.watch(lambda e: self.views.set_bar_unit(e.new), "value")
         cards = [

@@ -89,6 +89,10 @@ def test_client_mode_real_use_is_staged():
         assert run["cancel_answer_seconds"] is not None and run["cancel_answer_seconds"] >= 0
         # the scheduler saw the key gone before the client heard it was
         assert 0 <= run["cancel_release_seconds"] <= run["cancel_answer_seconds"], run
+        # what the cancel released, counted just before it: the whole graph
+        states = run["cancel_task_states"]
+        assert sum(states.values()) >= run["tasks"], states
+        assert f"{kind} released " + ", ".join(f"{n:,} {st}" for st, n in states.items()) in table
     assert result["slim"]["sent_in_slices"] is None  # (too few ready tasks for slices)
     assert f"cancelled {compute:g} s after" in table
     assert "cancel -> key released" in table

@@ -44,7 +44,8 @@ JSON (``--json PATH``)::
            "rss_bytes_per_task", "compute_seconds" (None when cut short),
            "cancel_answer_seconds" (when cut short: from the cancel until the
            scheduler answers without the graph's key), "cancel_release_seconds"
-           (until the scheduler's loop first saw the key gone), "sent_in_slices"
+           (until the scheduler's loop first saw the key gone),
+           "cancel_task_states" (state -> tasks, just before the cancel), "sent_in_slices"
            (slim: the record's),
            "tasks", "result"}
 """
@@ -352,10 +353,17 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     t_done = value = None
                     key = fut.key
                     client.run_on_scheduler(_watch_key, key=key)
+                    # what the cancel releases: the two engines reach a cut
+                    # in different states (stock's ingestion keeps sending
+                    # tasks after its record ends), so its figure is read
+                    # beside these counts
+                    cancel_states = client.run_on_scheduler(_state_counts)
                     t_cancel = time.time()
                     fut.cancel()  # (an RPC: it returns once the scheduler has released the graph)
             cancel_seconds = released_seconds = None
-            if t_done is None:
+            if t_done is not None:
+                cancel_states = None
+            else:
                 # releasing the whole graph is a block of its own (stock's
                 # transitions; slim also makes the plugin calls still owed):
                 # from the cancel until the scheduler answers without the key
@@ -416,6 +424,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "sent_in_slices": getattr(rec, "sent_in_slices", None),
             "cancel_answer_seconds": cancel_seconds,
             "cancel_release_seconds": released_seconds,
+            "cancel_task_states": cancel_states,
             "compute_seconds": None if t_done is None else t_done - t0,
             "result": None if t_done is None else repr(value)[:200],
         }
@@ -484,6 +493,14 @@ def longest_of(blocks: list, cause: str, n: int = 10) -> list:
     """The ``n`` longest of ``blocks`` with ``cause``: ``[[seconds, label]]``."""
     mine = sorted((b for b in blocks if b["cause"] == cause), key=lambda b: -b["seconds"])
     return [[b["seconds"], b["label"]] for b in mine[:n]]
+
+
+def _state_counts(dask_scheduler: Any = None) -> dict:
+    """How many of the scheduler's tasks are in each state, most first."""
+    counts: dict = {}
+    for ts in dask_scheduler.tasks.values():
+        counts[ts.state] = counts.get(ts.state, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def _has_key(key: Any, dask_scheduler: Any = None) -> bool:
@@ -653,6 +670,10 @@ def format_client_table(result: dict) -> str:
                    f"{result['stock'].get('dashboard_page_errors', 0)}, slim {result['slim'].get('dashboard_page_errors', 0)})")
     if result.get("compute_cut_after_seconds") is not None:
         out.append(f"computation cancelled {result['compute_cut_after_seconds']:g} s after the submission")
+        for kind in KINDS:
+            states = result[kind].get("cancel_task_states")
+            if states:
+                out.append(f"  {kind} released " + ", ".join(f"{n:,} {st}" for st, n in states.items()))
     else:
         out.append(f"same result: {result['same_result']}")
     return "\n".join(out)

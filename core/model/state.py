@@ -41,25 +41,6 @@ _CONTAINER_FREE = frozenset(
 )
 
 
-def _thaw_waiting_on(ts: SlimTaskState) -> None:
-    w = ts.waiting_on
-    if w is not None and (type(w) is not set or w is ts.dependencies):
-        ts.waiting_on = set(w)
-
-
-def _thaw_waiters(ts: SlimTaskState) -> None:
-    w = ts.waiters
-    if w is not None and (type(w) is not set or w is ts.dependents):
-        ts.waiters = set(w)
-
-
-def _settle(ts: SlimTaskState) -> None:
-    if ts.waiting_on is not None and not ts.waiting_on:
-        ts.waiting_on = None
-    if ts.waiters is not None and not ts.waiters:
-        ts.waiters = None
-
-
 class SlimSchedulerState(TransitionHook):
     """Mixin that puts a SchedulerState on slim task states."""
 
@@ -130,6 +111,13 @@ class SlimSchedulerState(TransitionHook):
             )
         return self._slim_transition(key, finish, stimulus_id, kwargs)
 
+    #: the task whose containers the transition running now has thawed:
+    #: distributed splits a transition with no entry in its table (waiting
+    #: -> forgotten) into ``-> released`` and ``released ->``, calling
+    #: ``_transition`` again for the first half; that inner call finds the
+    #: containers already thawed and leaves the settling to the outer one
+    _slim_thawed: Any = None
+
     def _slim_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
         ts = self.tasks.get(key)
         if ts is None or (ts._state, finish) in _CONTAINER_FREE:
@@ -137,20 +125,31 @@ class SlimSchedulerState(TransitionHook):
             if finish == "forgotten" and not self.tasks:
                 gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
             return out
+        if self._slim_thawed is ts:
+            return self.stock_transition(key, finish, stimulus_id, kwargs)
         forgetting = finish == "forgotten"
         # Containers distributed's transition code may mutate: its own, its
         # dependencies' waiters and its dependents' waiting_on (and, when
-        # forgetting, the edges on both sides).
-        _thaw_waiting_on(ts)
-        _thaw_waiters(ts)
+        # forgetting, the edges on both sides). Written out, not calls to
+        # _thaw_*: this runs for every edge of every task a graph releases.
         deps = ts.dependencies
         dependents = ts.dependents
+        w = ts.waiting_on
+        if w is not None and (type(w) is not set or w is deps):
+            ts.waiting_on = set(w)
+        w = ts.waiters
+        if w is not None and (type(w) is not set or w is dependents):
+            ts.waiters = set(w)
         for dts in deps:
-            _thaw_waiters(dts)
+            w = dts.waiters
+            if w is not None and (type(w) is not set or w is dts.dependents):
+                dts.waiters = set(w)
             if forgetting and type(dts.dependents) is not set:
                 dts.dependents = set(dts.dependents)
         for dts in dependents:
-            _thaw_waiting_on(dts)
+            w = dts.waiting_on
+            if w is not None and (type(w) is not set or w is dts.dependencies):
+                dts.waiting_on = set(w)
             if forgetting and type(dts.dependencies) is not set:
                 dts.dependencies = set(dts.dependencies)
         if forgetting:
@@ -158,17 +157,32 @@ class SlimSchedulerState(TransitionHook):
                 ts.dependencies = set(deps)
             if type(dependents) is not set:
                 ts.dependents = set(dependents)
-        out = self.stock_transition(key, finish, stimulus_id, kwargs)
+        outer = self._slim_thawed
+        self._slim_thawed = ts
+        try:
+            out = self.stock_transition(key, finish, stimulus_id, kwargs)
+        finally:
+            self._slim_thawed = outer
         if forgetting and not self.tasks:
             gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
         if self.slim_lazy:
-            _settle(ts)
+            # emptied containers dropped (what _settle does, written out)
+            if ts.waiting_on is not None and not ts.waiting_on:
+                ts.waiting_on = None
+            if ts.waiters is not None and not ts.waiters:
+                ts.waiters = None
             for dts in deps:
-                _settle(dts)
+                if dts.waiting_on is not None and not dts.waiting_on:
+                    dts.waiting_on = None
+                if dts.waiters is not None and not dts.waiters:
+                    dts.waiters = None
                 if forgetting and not dts.dependents:
                     dts.dependents = NO_EDGES
             for dts in dependents:
-                _settle(dts)
+                if dts.waiting_on is not None and not dts.waiting_on:
+                    dts.waiting_on = None
+                if dts.waiters is not None and not dts.waiters:
+                    dts.waiters = None
                 if forgetting and not dts.dependencies:
                     dts.dependencies = NO_EDGES
         return out
