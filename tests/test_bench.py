@@ -37,6 +37,8 @@ def test_bench_command_writes_both_kinds_and_the_limits(tmp_path):
         assert sending["tasks"] == n
         assert sending["message_seconds"] > 0 and sending["serialize_seconds"] > 0
         assert sending["seconds"] == sending["message_seconds"] + sending["serialize_seconds"]
+        # then the whole graph released (the child checks that no task is left)
+        assert run["release_seconds"] > 0
     assert "order" in result["slim"]["phases"] and "order" in result["stock"]["phases"]
     assert result["ratios"]["total"] > 0
     floor = result["floor"]
@@ -48,6 +50,7 @@ def test_bench_command_writes_both_kinds_and_the_limits(tmp_path):
     assert "limits, same submission" in proc.stdout
     assert "stock/slim" in proc.stdout
     assert "sending, us/task" in proc.stdout and result["ratios"]["sending"] > 0
+    assert "release the graph" in proc.stdout and result["ratios"]["release"] > 0
 
 
 def _tree(n: int):

@@ -60,6 +60,7 @@ async def _measure(cls, kind: str, payload: dict, trace: bool, hooks: bool) -> d
         t = time.perf_counter()
         await s.update_graph(client="bench-client", **payload)
         wall = time.perf_counter() - t
+        keys = list(payload["keys"])
         del payload
         gc.collect()
         traced = None
@@ -84,6 +85,7 @@ async def _measure(cls, kind: str, payload: dict, trace: bool, hooks: bool) -> d
 
         # (last: building messages reads every sampled run_spec)
         sending = sending_cost(s)
+        release = await _release(s, keys)
         return {
             "scheduler": kind,
             "tasks": ntasks,
@@ -103,7 +105,23 @@ async def _measure(cls, kind: str, payload: dict, trace: bool, hooks: bool) -> d
             "state_bytes_per_task": split,
             "memory_tree_sample": sample,
             "sending": sending,
+            "release_seconds": release,
         }
+
+
+async def _release(s, keys: list) -> float:
+    """Seconds the client's release of the whole graph blocks the loop (what
+    cancelling it costs: distributed's release and forget transitions for
+    every task, on the slim engine through its container hook), after any
+    ready tasks still to send and plugin calls still owed are done."""
+    for pending in (getattr(s, "slim_tails", None), getattr(s, "slim_deliveries", None)):
+        if pending:
+            await pending.wait()
+    t = time.perf_counter()
+    s.client_releases_keys(keys=keys, client="bench-client", stimulus_id="bench-release")
+    seconds = time.perf_counter() - t
+    assert not s.tasks, f"{len(s.tasks)} tasks left after releasing the graph"
+    return seconds
 
 
 def engine_split(tree) -> dict:

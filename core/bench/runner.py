@@ -29,7 +29,9 @@ and materialize cause to another thread when they run in a worker thread.
            "tasks", "edges", "materialization" (slim), "layers" (slim),
            "sending": {"tasks", "message_seconds", "serialize_seconds",
            "seconds"} (slimgraph.bench.sending: building and
-           serializing compute-task messages for a sample of the tasks)}
+           serializing compute-task messages for a sample of the tasks),
+           "release_seconds" (the client releasing the whole graph: its
+           cancel, one block of the loop)}
 """
 from __future__ import annotations
 
@@ -157,6 +159,7 @@ def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: 
                 s.get("tracemalloc_bytes_per_task"), m.get("tracemalloc_bytes_per_task")
             ),
             "sending": _ratio((s.get("sending") or {}).get("seconds"), (m.get("sending") or {}).get("seconds")),
+            "release": _ratio(s.get("release_seconds"), m.get("release_seconds")),
         }
     if json_path:
         with open(json_path, "w") as f:
@@ -224,6 +227,7 @@ def format_table(result: dict) -> str:
     lines.append(mrow("state: total", [result[k]["state_bytes_per_task"]["total"] for k in kinds]))
     lines.append("")
     lines += format_sending(result, kinds, pair)
+    lines.append(row("release the graph", [result[k].get("release_seconds") for k in kinds]))
     blocks = [result[k].get("longest_block_seconds") for k in kinds]
     lines.append("")
     lines.append(f"{'longest loop block':<20}" + "".join(f"{_fmt(b, '.3f') + ' s':>25}" for b in blocks))
