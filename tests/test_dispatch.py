@@ -888,6 +888,52 @@ def test_ready_tasks_released_before_their_slice_are_passed_over(listen):
     asyncio.run(body())
 
 
+
+@pytest.mark.parametrize("nthreads", [(), (1, 1)], ids=["no workers", "two workers"])
+def test_a_graph_sent_in_slices_leaves_no_task_state_to_the_cyclic_collector(nthreads):
+    """Once a tail has sent every slice and the graph is released, reference
+    counting alone frees its task states: with the cyclic collector off
+    throughout, a collection afterwards finds none among the garbage. (The
+    plan and its tail held each other, and the plan held the build's
+    shadow, whose runs list task states: every task of those runs stayed
+    alive after it was forgotten, until a full collection.)"""
+    import gc
+
+    from slimgraph.model.taskstate import SlimTaskState
+
+    async def body():
+        async with SlicedTrio(nthreads) as t:
+            msgs, _ = intercept(t.client, lambda c: c.compute(_delayed_tree(2000)))
+            s = t.s["bulk"]
+            with _tiny_slices():
+                for msg in msgs:
+                    await s.update_graph(client="client", **arguments(msg))
+                assert s.slim_tails  # some still to send
+                await s.slim_tails.wait()
+                assert s.slim_tails.slices > 1
+                if s.slim_deliveries is not None:
+                    await s.slim_deliveries.wait()
+            assert len(s.tasks) > 1500
+            keys = list(arguments(msgs[-1])["keys"])
+            s.client_releases_keys(keys=keys, client="client", stimulus_id="release")
+            assert not s.tasks
+            await asyncio.sleep(0.05)  # (the loop's callbacks of the release run)
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                gc.collect()
+                cyclic = sum(1 for o in gc.garbage if type(o) is SlimTaskState)
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+            assert cyclic == 0
+
+    gc.collect()
+    gc.disable()
+    try:
+        asyncio.run(body())
+    finally:
+        gc.enable()
+
 def test_real_workers_compute_a_graph_sent_in_slices():
     """Real workers, inputs persisted beforehand (every ready task depends
     on data one worker holds), plugins listening: the graph's ready tasks
