@@ -174,7 +174,7 @@ class Tail:
         the graph was released, until a full collection (1M delayed tree:
         187,500 task states and 375,000 sets; after a big ingestion's freeze,
         a collection that held the loop 5.9 s once the scheduler was idle)."""
-        if getattr(self.plan, "tail", None) is self:
+        if self.plan.tail is self:
             self.plan.tail = None
 
     def report_to(self, record: Any) -> None:
@@ -324,6 +324,7 @@ class Tails:
 
     def add(self, tail: Tail) -> None:
         if tail.done:
+            tail.retire()
             return
         self.queue.append(tail)
         if self._task is None or self._task.done():
@@ -349,6 +350,8 @@ class Tails:
         while self.queue:
             tail = self.queue[0]
             if getattr(getattr(tail.state, "status", None), "name", "running") in ("closing", "closed", "failed"):
+                for t in self.queue:
+                    t.retire()
                 self.queue.clear()
                 return
             t = perf_counter()
