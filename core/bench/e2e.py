@@ -344,6 +344,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     recs = [r for r in get_submissions(client) if r.client == client.id][seen:]
                     rec = recs[0] if recs and recs[0].status != "running" else None
                 say(f"{kind}: ingested in {rec.start + rec.total_s - t0:.1f} s, computing")
+                cancel_states = None
                 if compute_seconds is None:
                     wait(fut)
                     t_done = time.time()
@@ -361,9 +362,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     t_cancel = time.time()
                     fut.cancel()  # (an RPC: it returns once the scheduler has released the graph)
             cancel_seconds = released_seconds = None
-            if t_done is not None:
-                cancel_states = None
-            else:
+            if t_done is None:
                 # releasing the whole graph is a block of its own (stock's
                 # transitions; slim also makes the plugin calls still owed):
                 # from the cancel until the scheduler answers without the key
