@@ -888,7 +888,6 @@ def test_ready_tasks_released_before_their_slice_are_passed_over(listen):
     asyncio.run(body())
 
 
-
 @pytest.mark.parametrize("nthreads", [(), (1, 1)], ids=["no workers", "two workers"])
 def test_a_graph_sent_in_slices_leaves_no_task_state_to_the_cyclic_collector(nthreads):
     """Once a tail has sent every slice and the graph is released, reference
@@ -933,6 +932,7 @@ def test_a_graph_sent_in_slices_leaves_no_task_state_to_the_cyclic_collector(nth
         asyncio.run(body())
     finally:
         gc.enable()
+
 
 def test_real_workers_compute_a_graph_sent_in_slices():
     """Real workers, inputs persisted beforehand (every ready task depends

@@ -23,7 +23,7 @@ import pytest
 from dask import delayed
 from dask._task_spec import Alias, DataNode, Task, TaskRef
 
-from differential import Pair, assert_same, layout, wait_idle
+from differential import Pair, assert_same, layout, snapshot, wait_idle
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -334,6 +334,47 @@ def test_lost_dependency_is_cancelled_like_stock():
 
     run(body())
 
+
+
+def test_releasing_graphs_gives_stocks_transitions_in_stocks_order():
+    """Two submissions sharing tasks, released one after the other: the
+    first release forgets what only it needed (distributed splits waiting
+    -> forgotten into two transitions, and the slim hook runs around both),
+    the second forgets the rest. After each, the state is stock's, and the
+    transitions made (key, start, finish, recommendations) are stock's, in
+    stock's order; with plugins listening, so are their calls."""
+    x = da.ones((60, 60), chunks=6) + 1
+    first, second = x.sum(), (x * 2).mean()
+
+    async def body():
+        async with Pair(n_workers=0) as p:
+            await p.submit_both(lambda c: c.compute(first))
+            await p.submit_both(lambda c: c.compute(second))
+            wanted = [f.key for f in p.futures_of("stock")]  # (the same keys on both)
+            assert len(wanted) == 2
+            owed = p.slim.slim_deliveries
+            if owed:
+                await owed.wait()
+            ends = {}
+            for tag, s, c in (("stock", p.stock, p.c_stock), ("slim", p.slim, p.c_slim)):
+                rec = p.rec_stock if tag == "stock" else p.rec_slim
+                steps = []
+                for i, key in enumerate(wanted):
+                    log_at = len(s.transition_log)
+                    calls_at = len(rec.calls) if rec is not None else 0
+                    s.client_releases_keys(keys=[key], client=c.id, stimulus_id=f"release-{i}")
+                    made = [(t.key, t.start, t.finish, dict(t.recommendations)) for t in list(s.transition_log)[log_at:]]
+                    steps.append((made, rec.calls[calls_at:] if rec is not None else None,
+                                  snapshot(s, p.client_names)))
+                ends[tag] = steps
+            for (made_a, calls_a, snap_a), (made_b, calls_b, snap_b) in zip(ends["stock"], ends["slim"]):
+                assert made_a and made_a == made_b
+                assert any(start == "waiting" and finish == "released" for _, start, finish, _ in made_a)
+                assert calls_a == calls_b
+                assert_same(snap_a, snap_b)
+            assert not p.stock.tasks and not p.slim.tasks
+
+    run(body())
 
 def test_eager_containers_give_the_same_state():
     async def body():
