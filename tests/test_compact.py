@@ -701,6 +701,30 @@ def test_decode_other_frames_as_distributed():
     assert got["t"] == value["t"] and type(got["t"]) is Task
 
 
+def test_decode_reads_frame_by_frame_in_python():
+    """The unpickler goes back to Python code for every ~64 KiB frame (the
+    points where another thread, the event loop, can take the GIL), and
+    still gives what distributed's deserialize gives."""
+    header, frames, _ = submission(workloads.delayed(20_000))
+    assert len(frames) == 1 and len(frames[0]) > 1_000_000
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is decode._FrameReader.read.__code__:
+            calls.append(frame.f_locals["n"])
+
+    sys.setprofile(profile)
+    try:
+        got = decode.deserialize(header, frames)
+    finally:
+        sys.setprofile(None)
+    assert len(calls) >= len(frames[0]) // (1 << 16)
+    ours, _ = _materialize_graph(expr=got, validate=False)
+    theirs, _ = _materialize_graph(expr=deserialize(header, frames), validate=False)
+    assert list(ours) == list(theirs)
+    assert all(type(ours[k]) is type(v) and ours[k] == v for k, v in theirs.items())
+
+
 # ---------------------------------------------------------------------------
 # random dask.array expressions
 # ---------------------------------------------------------------------------

@@ -16,6 +16,16 @@ what ``pickle.loads`` gives: ``Task`` objects with the same slot values
 unpickle as before. Measured on the bench's 1M delayed submission: 3.6-3.8 s
 -> 2.7-2.9 s.
 
+The unpickler reads through :class:`_FrameReader`, whose methods are
+Python. Pickle protocol 5 cuts its stream into frames of ~64 KiB and the
+unpickler reads one frame at a time; with a C reader (``io.BytesIO``) the
+whole ``load`` is one C call that never lets another thread have the GIL,
+so the event loop waited for it from a thread: up to 0.41 s in-process at
+1M delayed tasks (0.75 s inside a loaded scheduler process). A Python
+``read`` per frame is a point where the interpreter hands the GIL over:
+the longest hold drops to what the unpickler does between two frames, or
+after the last one (freeing its memo of ~10M references, ~0.15 s).
+
 Only for what distributed's ``pickle`` serializer makes with a single frame
 and only when dask's ``Task`` has the slots this module knows (dask 2026.3
 to 2026.8); anything else goes to distributed's own ``deserialize``.
@@ -56,6 +66,24 @@ class _DecodedTask(Task):
         self.__class__ = Task
 
 
+class _FrameReader:
+    """The frames' bytes, read by Python methods (see the module's docstring)."""
+
+    __slots__ = ("_f",)
+
+    def __init__(self, data: Any) -> None:
+        self._f = io.BytesIO(data)
+
+    def read(self, n: int = -1) -> bytes:
+        return self._f.read(n)
+
+    def readinto(self, buffer: Any) -> int:
+        return self._f.readinto(buffer)
+
+    def readline(self) -> bytes:
+        return self._f.readline()
+
+
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if name == "Task" and module == "dask._task_spec":
@@ -72,5 +100,5 @@ def deserialize(header: dict, frames: list) -> Any:
         and len(frames) == 1
         and set(header) <= {"serializer", "writeable"}
     ):
-        return _Unpickler(io.BytesIO(frames[0])).load()
+        return _Unpickler(_FrameReader(frames[0])).load()
     return shim.deserialize(header, frames)
