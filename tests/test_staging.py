@@ -21,7 +21,8 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import offload
 
 from differential import Pair, assert_same, layout, snapshot, wait_idle
-from slimgraph.ingest.apply import add_tasks, commit, premerge, still_valid
+from slimgraph.ingest import apply as applier
+from slimgraph.ingest.apply import add_tasks, commit, still_valid
 from slimgraph.ingest.build import build
 from slimgraph.ingest.index import compute_order, index_graph
 from slimgraph.ingest.pipeline import refusal
@@ -457,26 +458,27 @@ def test_unrelated_new_keys_during_the_build_do_not_refuse():
 
 
 @pytest.mark.parametrize("change", [None, "added", "forgotten", "re-added"])
-def test_commit_adopts_the_task_dict_merged_in_the_build_thread(change, monkeypatch):
+def test_commit_adopts_the_build_s_task_dict_seeded_with_the_scheduler_s(change):
     """A scheduler that holds a few tasks before a bigger staged build: the
-    commit adopts the dict merged in the build thread (in steps of 7 here)
-    while the scheduler's entries are still the ones copied, else it updates
-    its own; either way the scheduler's dict ends with ``update``'s entries
-    in ``update``'s order."""
+    build's dict begins with a copy of the scheduler's entries, and the
+    commit adopts it while the scheduler's entries are still the ones
+    copied, else it updates its own; either way the scheduler's dict ends
+    with ``update``'s entries in ``update``'s order, and the build's own
+    tasks are told from the copied ones."""
     from slimgraph.distributed import SlimScheduler
-    from slimgraph.ingest import apply as applier
-
-    monkeypatch.setattr(applier, "PREMERGE_STEP", 7)
 
     async def body():
         async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
             for i in range(3):
                 s.new_task(f"pre-{i}", None, "released")
+            before = list(s.tasks.values())
             dsk, keys = _graph("x")
             b, plan = await _built(s, dsk, keys)
-            premerge(s, b)
-            assert b.premerged is not None and list(b.premerged[1])[:3] == ["pre-0", "pre-1", "pre-2"]
-            merged = b.premerged[1]
+            made = b.tasks
+            assert b.seed is not None and list(made)[:3] == ["pre-0", "pre-1", "pre-2"]
+            assert len(made) == 3 + len(dsk) and made is not s.tasks
+            assert not any(b.is_new(ts) for ts in before)
+            assert all(b.is_new(ts) for ts in b.new) and len(b.new) == len(dsk)
             if change == "added":
                 s.new_task("y-1", None, "released")
             elif change == "forgotten":
@@ -484,14 +486,34 @@ def test_commit_adopts_the_task_dict_merged_in_the_build_thread(change, monkeypa
             elif change == "re-added":  # the same keys, another order
                 s.transitions({"pre-0": "forgotten"}, stimulus_id="test")
                 s.new_task("pre-0", None, "released")
-            expected = list(s.tasks.items()) + list(b.tasks.items())
+            expected = list(s.tasks.items()) + [(ts.key, ts) for ts in b.new]
             own = s.tasks
             how = add_tasks(s, b)
-            assert how == ("merged" if change is None else "updated")
-            assert (s.tasks is merged) is (change is None) and (s.tasks is own) is (change is not None)
+            assert how == ("seeded" if change is None else "updated")
+            assert (s.tasks is made) is (change is None) and (s.tasks is own) is (change is not None)
             assert list(s.tasks.items()) == expected
             # what the build leaves to be freed is never the scheduler's dict
             assert not any(c is s.tasks for c in b.temporaries())
+
+    run(body())
+
+
+def test_a_key_of_the_graph_added_meanwhile_refuses_a_seeded_build():
+    """Another submission adds one of the graph's keys during a seeded
+    build: the commit sees it (the copied entries do not count)."""
+    from slimgraph.distributed import SlimScheduler
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            for i in range(3):
+                s.new_task(f"pre-{i}", None, "released")
+            dsk, keys = _graph("x")
+            b, plan = await _built(s, dsk, keys)
+            assert b.seed is not None
+            assert applier.added_keys_of(s, b) is False
+            s.new_task(keys[0], None, "released")
+            assert applier.added_keys_of(s, b) is True
+            assert not still_valid(s, b, plan)
 
     run(body())
 
@@ -505,8 +527,7 @@ def test_an_empty_scheduler_adopts_the_build_s_task_dict():
         async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
             dsk, keys = _graph("x")
             b, plan = await _built(s, dsk, keys)
-            premerge(s, b)
-            assert b.premerged is None
+            assert b.seed is None
             made = b.tasks
             assert commit(s, b, plan) is not None
             assert s.tasks is made and b.adopted
@@ -517,7 +538,7 @@ def test_an_empty_scheduler_adopts_the_build_s_task_dict():
     run(body())
 
 
-def test_premerge_only_for_a_build_much_bigger_than_the_scheduler():
+def test_seeded_only_for_a_build_much_bigger_than_the_scheduler():
     from slimgraph.distributed import SlimScheduler
 
     async def body():
@@ -526,8 +547,7 @@ def test_premerge_only_for_a_build_much_bigger_than_the_scheduler():
                 s.new_task(f"pre-{i}", None, "released")
             dsk, keys = _graph("x")  # 31 tasks
             b, plan = await _built(s, dsk, keys)
-            premerge(s, b)
-            assert b.premerged is None  # 31 < 4 x 10
+            assert b.seed is None and len(b.tasks) == 31  # 31 < 4 x 10
             own = s.tasks
             assert commit(s, b, plan) is not None
             assert s.tasks is own
@@ -536,10 +556,10 @@ def test_premerge_only_for_a_build_much_bigger_than_the_scheduler():
     run(body())
 
 
-def test_a_big_graph_on_few_persisted_inputs_adopts_the_merged_dict_as_stock(monkeypatch):
+def test_a_big_graph_on_few_persisted_inputs_adopts_the_seeded_dict_as_stock(monkeypatch):
     """Through the whole pipeline, against stock: a graph many times bigger
     than what the scheduler holds (persisted inputs) is committed by
-    adopting the merged dict, and both schedulers' task dicts have the same
+    adopting the build's seeded dict, and both schedulers' task dicts have the same
     keys in the same order, and the same state."""
     from slimgraph.ingest import apply as applier
 
@@ -563,7 +583,7 @@ def test_a_big_graph_on_few_persisted_inputs_adopts_the_merged_dict_as_stock(mon
             ways.clear()
             x = da.ones((60, 60), chunks=10)
             await staged_check(p, lambda c: c.compute((x + y.sum()).sum()))
-            assert ways == ["merged"]
+            assert ways == ["seeded"]
             assert list(p.stock.tasks) == list(p.slim.tasks)
 
     run(body())

@@ -175,7 +175,7 @@ def invalidation(state: Any, b: Build, plan: Plan) -> str | None:
         if tasks.get(ts.key) is not ts or task_read(ts) != read:
             return f"a task the graph needs changed ({ts.key!r})"
     if state.slim_epoch != r.epoch:
-        if not state.tasks.keys().isdisjoint(b.tasks.keys()):  # iterates the smaller
+        if added_keys_of(state, b):
             return "another submission added some of the graph's keys"
         if any(tg.name in state.task_groups for tg in b.new_groups):
             return "another submission added one of the graph's task groups"
@@ -189,6 +189,19 @@ def invalidation(state: Any, b: Build, plan: Plan) -> str | None:
     if moved and regeneration(state, b) is not None:
         return CLOCK_MOVED
     return None
+
+
+def added_keys_of(state: Any, b: Build) -> bool:
+    """Whether the scheduler now holds a key the build made a task for."""
+    if b.seed is None:
+        return not state.tasks.keys().isdisjoint(b.tasks.keys())  # iterates the smaller
+    own = b.tasks.get
+    seeded = b.seed_ids
+    for k in state.tasks:  # (seeded: the scheduler held few)
+        ts = own(k)
+        if ts is not None and id(ts) not in seeded:
+            return True
+    return False
 
 
 def clock_moved(state: Any, b: Build) -> bool:
@@ -230,7 +243,7 @@ def rehead(b: Build, plan: Plan, gen: Any) -> None:
     # longer than other clients take to move the clock again; the commit
     # then made the last move on the event loop)
     last = new = None
-    for ts in b.tasks.values():
+    for ts in b.new:
         h = ts._prio_head
         if h is last:
             ts._prio_head = new
@@ -292,39 +305,6 @@ def _publish(state: Any, b: Build) -> None:
         warn_collisions(b.collisions)
 
 
-def premerge(state: Any, b: Build) -> None:
-    """In the build thread: the scheduler's task dict as the commit will
-    leave it, for :func:`add_tasks` to adopt (see there). Only when the
-    scheduler holds some tasks, and few beside the build (the commit
-    compares them one by one on the loop)."""
-    tasks = state.tasks
-    if not tasks or len(tasks) * PREMERGE_RATIO > len(b.tasks):
-        return
-    keys = list(tasks)  # (each one C call: atomic under the GIL)
-    values = list(tasks.values())
-    merged = dict(zip(keys, values))
-    # the build's entries in steps: one update of a million entries is one
-    # C call that holds the GIL (0.18 s, a block of the event loop in a
-    # real-use 1M array run); between steps the interpreter can switch
-    new = b.tasks
-    nk = list(new)
-    nv = list(new.values())
-    update = merged.update
-    for lo in range(0, len(nk), PREMERGE_STEP):
-        hi = lo + PREMERGE_STEP
-        update(zip(nk[lo:hi], nv[lo:hi]))
-    b.premerged = ((keys, values), merged)
-
-
-#: entries added per step by :func:`premerge`
-PREMERGE_STEP = 50_000
-
-
-#: :func:`premerge` only when the build adds this many times the tasks the
-#: scheduler holds, or more
-PREMERGE_RATIO = 4
-
-
 def add_tasks(state: Any, b: Build) -> str:
     """Add the build's tasks to the scheduler's task dict, in stock's order
     (the scheduler's entries, then the build's, as ``update`` leaves them).
@@ -334,27 +314,28 @@ def add_tasks(state: Any, b: Build) -> str:
     0.6 s of the commit in the scheduler process (a 1M-task array; up to
     50 us a fault on this machine's VM), and copying into an empty dict
     faults a new table just the same. So the table is made and touched in
-    the build thread, and the commit only assigns: the build's own dict when
-    the scheduler holds no task, or the dict :func:`premerge` merged while
-    the scheduler's entries are still the ones it copied. distributed keeps
-    no reference to ``SchedulerState.tasks``; it reads the attribute each
-    time. Otherwise (the entries changed meanwhile, or many of them):
-    ``update``.
+    the build thread, and the commit only assigns the build's own dict:
+    when the scheduler holds no task, or when the build's dict was seeded
+    with the scheduler's entries (slimgraph.ingest.build.seed) and those
+    are still the ones copied. distributed keeps no reference to
+    ``SchedulerState.tasks``; it reads the attribute each time. Otherwise
+    (the entries changed meanwhile, or the scheduler held many): ``update``.
 
-    Returns how: ``"adopted"``, ``"merged"`` or ``"updated"``."""
+    Returns how: ``"adopted"``, ``"seeded"`` or ``"updated"``."""
     tasks = state.tasks
-    if not tasks and b.tasks:
-        state.tasks = b.tasks
-        b.adopted = True
-        return "adopted"
-    pm = b.premerged
-    if pm is not None:
-        (keys, values), merged = pm
+    seed = b.seed
+    if seed is None:
+        if not tasks and b.tasks:
+            state.tasks = b.tasks
+            b.adopted = True
+            return "adopted"
+    else:
+        keys, values = seed
         if len(tasks) == len(keys) and list(tasks.values()) == values and list(tasks) == keys:
-            state.tasks = merged
-            b.premerged = None  # (not a temporary now)
-            return "merged"
-    tasks.update(b.tasks)
+            state.tasks = b.tasks
+            b.adopted = True
+            return "seeded"
+    tasks.update(b.new_items())
     return "updated"
 
 

@@ -280,7 +280,6 @@ class Pipeline:
                     plan = replay(s, b, seq_base, complete)
                     tail.hold(s, b, plan)
                     p.tasks = len(b.new)
-                applier.premerge(s, b)
                 return b, plan
 
             b, plan = await shim.offload(off_loop)

@@ -52,7 +52,7 @@ def plan(b: Any, spans_ext: Any, with_span_annotations: bool, plugin_out: dict |
     appearance, their predicted annotations written into the new tasks.
     ``plugin_out``: if a dict, filled with ``{key: annotation}`` of the new
     tasks that get one (what plugins get as ``annotations["span"]``)."""
-    new_tasks = b.tasks
+    is_new = b.is_new
     if not with_span_annotations and not b.existing and not b.live_groups:
         # a fresh graph without span annotations: every group is new, takes
         # the default span (no annotation), and no task carries a stale one
@@ -66,7 +66,7 @@ def plan(b: Any, spans_ext: Any, with_span_annotations: bool, plugin_out: dict |
             by_group[id(tg)] = sg = SpanGroup(tg, ts, tg.span_id)
             sg.predicted = _predict(spans_ext, tg, ts)
             out.append(sg)
-        new = new_tasks.get(ts.key) is ts
+        new = is_new(ts)
         ann = sg.predicted
         if not new or ann is UNKNOWN:
             sg.tasks.append(ts)
