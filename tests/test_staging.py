@@ -457,14 +457,16 @@ def test_unrelated_new_keys_during_the_build_do_not_refuse():
     run(body())
 
 
+@pytest.mark.parametrize("reseeded", [False, True], ids=["as seeded", "reseeded"])
 @pytest.mark.parametrize("change", [None, "added", "forgotten", "re-added"])
-def test_commit_adopts_the_build_s_task_dict_seeded_with_the_scheduler_s(change):
+def test_commit_adopts_the_build_s_task_dict_seeded_with_the_scheduler_s(change, reseeded):
     """A scheduler that holds a few tasks before a bigger staged build: the
     build's dict begins with a copy of the scheduler's entries, and the
     commit adopts it while the scheduler's entries are still the ones
-    copied, else it updates its own; either way the scheduler's dict ends
-    with ``update``'s entries in ``update``'s order, and the build's own
-    tasks are told from the copied ones."""
+    copied (or copied again by ``reseed`` after they changed), else it
+    updates its own; either way the scheduler's dict ends with
+    ``update``'s entries in ``update``'s order, and the build's own tasks
+    are told from the copied ones."""
     from slimgraph.distributed import SlimScheduler
 
     async def body():
@@ -487,10 +489,18 @@ def test_commit_adopts_the_build_s_task_dict_seeded_with_the_scheduler_s(change)
                 s.transitions({"pre-0": "forgotten"}, stimulus_id="test")
                 s.new_task("pre-0", None, "released")
             expected = list(s.tasks.items()) + [(ts.key, ts) for ts in b.new]
+            assert applier.seed_current(s, b) is (change is None)
+            if reseeded:  # (what the pipeline does before the commit)
+                if not applier.seed_current(s, b):
+                    await asyncio.to_thread(applier.reseed, s, b)
+                    assert b.tasks is not made and applier.seed_current(s, b)
+                    made = b.tasks
+                    assert not any(b.is_new(ts) for ts in s.tasks.values())
             own = s.tasks
             how = add_tasks(s, b)
-            assert how == ("seeded" if change is None else "updated")
-            assert (s.tasks is made) is (change is None) and (s.tasks is own) is (change is not None)
+            adopted = change is None or reseeded
+            assert how == ("seeded" if adopted else "updated")
+            assert (s.tasks is made) is adopted and (s.tasks is own) is (not adopted)
             assert list(s.tasks.items()) == expected
             # what the build leaves to be freed is never the scheduler's dict
             assert not any(c is s.tasks for c in b.temporaries())

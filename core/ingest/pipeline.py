@@ -293,6 +293,8 @@ class Pipeline:
                 why = "the graph needs released tasks the scheduler already has"
             else:
                 await self._rehead_while_clock_moves(b, plan)
+                if not applier.seed_current(s, b):
+                    await shim.offload(applier.reseed, s, b)
                 with rec.phase("commit") as p:
                     msgs = applier.commit(s, b, plan)
                     if msgs is None and plan.refused == applier.CLOCK_MOVED and applier.can_rehead(b, plan):
