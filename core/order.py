@@ -113,11 +113,11 @@ from array import array
 from collections import Counter, deque
 from heapq import heappop, heappush
 from functools import partial
-from itertools import chain, compress, repeat
+from itertools import chain, islice, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
-from slimgraph.runtime import gcpause
+from slimgraph.runtime import gcpause, steps
 from slimgraph.errors import CycleError
 
 __all__ = ["order", "order_graph", "order_indexed", "order_numbered"]
@@ -409,19 +409,23 @@ def csr_rows(ptr: Any, flat: Any, seq: Any = None, many_as: Any = None) -> list:
 
     lens = np.diff(ptr)
     obj = np.empty(len(lens), dtype=object)
+    step = steps.STEP  # (each C call over at most this many rows: slimgraph.runtime.steps)
     one = np.flatnonzero(lens == 1)
-    if one.size:
-        obj[one] = np.fromiter(zip(flat[ptr[one]].tolist()), dtype=object, count=one.size)
+    for lo in range(0, one.size, step):
+        at = one[lo : lo + step]
+        obj[at] = np.fromiter(zip(flat[ptr[at]].tolist()), dtype=object, count=at.size)
     zero = np.flatnonzero(lens == 0)
-    if zero.size:
-        obj[zero] = np.fromiter(repeat((), zero.size), dtype=object, count=zero.size)
+    for lo in range(0, zero.size, step):
+        at = zero[lo : lo + step]
+        obj[at] = np.fromiter(repeat((), at.size), dtype=object, count=at.size)
     many = np.flatnonzero(lens > 1)
-    if many.size:
-        if seq is None:
-            seq = flat.tolist()
-        rows = map(seq.__getitem__, map(slice, ptr[many].tolist(), ptr[many + 1].tolist()))
-        obj[many] = np.fromiter(rows if many_as is None else map(many_as, rows), dtype=object, count=many.size)
-    return obj.tolist()
+    if many.size and seq is None:
+        seq = steps.tolist(flat)
+    for lo in range(0, many.size, step):
+        at = many[lo : lo + step]
+        rows = map(seq.__getitem__, map(slice, ptr[at].tolist(), ptr[at + 1].tolist()))
+        obj[at] = np.fromiter(rows if many_as is None else map(many_as, rows), dtype=object, count=at.size)
+    return steps.tolist(obj)
 
 
 def _roots_of_private_tree(pdeps: Sequence, deps: Iterable[int]) -> frozenset:
@@ -530,9 +534,9 @@ def _str_order_columns(mkeys: Sequence, np: Any) -> list | None:
       reprs (few: names, chunk coordinates).
     """
     m = len(mkeys)
-    if set(map(type, mkeys)) != {tuple}:
+    if steps.types_of(mkeys) != {tuple}:
         return None
-    lens = np.fromiter(map(len, mkeys), dtype=np.int64, count=m)
+    lens = steps.int_array(steps.list_map(len, mkeys), np)
     lo = int(lens.min())
     hi = int(lens.max())
     if lo < 2 or hi > 16:
@@ -540,13 +544,12 @@ def _str_order_columns(mkeys: Sequence, np: Any) -> list | None:
     cols = []
     for j in range(hi):
         if j < lo:
-            vals = list(map(itemgetter(j), mkeys))
+            vals = steps.list_map(itemgetter(j), mkeys)
             where = None
         else:
-            has = lens > j
-            where = np.flatnonzero(has)
-            vals = list(map(itemgetter(j), compress(mkeys, has.tolist())))
-        types = set(map(type, vals))
+            where = np.flatnonzero(lens > j)
+            vals = steps.list_map(itemgetter(j), steps.list_map(mkeys.__getitem__, steps.tolist(where)))
+        types = steps.types_of(vals)
         code = None
         if types == {int}:
             code = _decimal_order(vals, np)
@@ -555,15 +558,15 @@ def _str_order_columns(mkeys: Sequence, np: Any) -> list | None:
                 return None
             if types == {str}:
                 # equal strs have equal reprs: rank the distinct ones
-                distinct = sorted(set(vals), key=repr)
+                distinct = sorted(steps.distinct(vals), key=repr)
                 at = dict(zip(distinct, range(1, len(distinct) + 1)))
-                code = np.fromiter(map(at.__getitem__, vals), dtype=np.int64, count=len(vals))
+                code = steps.int_array(steps.list_map(at.__getitem__, vals), np)
             else:
                 # floats (0.0 == -0.0, nan) and mixed types: by repr itself
-                reprs = list(map(repr, vals))
-                distinct = sorted(set(reprs))
+                reprs = steps.list_map(repr, vals)
+                distinct = sorted(steps.distinct(reprs))
                 at = dict(zip(distinct, range(1, len(distinct) + 1)))
-                code = np.fromiter(map(at.__getitem__, reprs), dtype=np.int64, count=len(vals))
+                code = steps.int_array(steps.list_map(at.__getitem__, reprs), np)
         if where is not None:
             full = np.zeros(m, dtype=np.int64)
             full[where] = code
@@ -582,7 +585,7 @@ def _decimal_order(vals: list, np: Any) -> Any:
     a common width, the shorter first where those are equal ("1" < "10").
     """
     try:
-        v = np.fromiter(vals, dtype=np.int64, count=len(vals))
+        v = steps.int_array(vals, np)
     except OverflowError:
         return None
     limit = 10**17
@@ -703,9 +706,23 @@ class _Orderer:
 
         n = self.n
         i64 = np.int64
-        lens = np.fromiter(map(len, pdeps), dtype=i64, count=n)
+        # (in steps of rows: one fromiter over a million rows holds the GIL)
+        step = steps.STEP
+        lens = np.empty(n, dtype=i64)
+        rows = iter(pdeps)
+        for lo in range(0, n, step):
+            k = min(step, n - lo)
+            lens[lo : lo + k] = np.fromiter(map(len, islice(rows, k)), dtype=i64, count=k)
         ne = int(lens.sum())
-        flat = np.fromiter(chain.from_iterable(pdeps), dtype=i64, count=ne)
+        flat = np.empty(ne, dtype=i64)
+        rows = iter(pdeps)
+        at = 0
+        for lo in range(0, n, step):
+            k = min(step, n - lo)
+            m = int(lens[lo : lo + k].sum())
+            part = list(islice(rows, k))  # (all k rows taken, the empty last ones too)
+            flat[at : at + m] = np.fromiter(chain.from_iterable(part), dtype=i64, count=m)
+            at += m
         src = np.repeat(np.arange(n, dtype=i64), lens)
         eorder = np.argsort(flat, kind="stable")
         tgt = src[eorder]  # dependents, grouped by dependency
@@ -1700,9 +1717,9 @@ class _Orderer:
         if n >= NUMPY_MIN_TASKS:
             import numpy as np
 
-            p = np.asarray(prio, dtype=np.int64)
-            p[np.asarray(result, dtype=np.int64)] = np.arange(len(result), dtype=np.int64)
-            prio = p.tolist()
+            p = steps.int_array(prio, np)
+            p[steps.int_array(result, np)] = np.arange(len(result), dtype=np.int64)
+            prio = steps.tolist(p)
         else:
             for k, x in enumerate(result):
                 prio[x] = k
@@ -1789,7 +1806,7 @@ class _Orderer:
         tied[:-1] |= eq
         if tied.any():
             members = nodes[tied]  # grouped by numeric key, groups in order
-            cols = _str_order_columns(itemgetter(*members.tolist())(keys), np)
+            cols = _str_order_columns(steps.list_map(keys.__getitem__, steps.tolist(members)), np)
             if cols is None:
                 return None
             gk = ks[tied]

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import slimgraph.order as slim
 from slimgraph.errors import CycleError, GraphError
 from slimgraph.order import order, order_indexed
+from slimgraph.runtime import steps
 
 
 def f(*args):
@@ -39,8 +40,12 @@ def assert_same(dsk):
 
 @pytest.fixture(params=["numpy", "python"])
 def stats_path(request, monkeypatch):
-    """Run a test with both implementations of the statistics phase."""
+    """Run a test with both implementations of the statistics phase (the
+    numpy one with its conversions cut into steps of 3 items, so that the
+    stepped code runs: slimgraph.runtime.steps)."""
     monkeypatch.setattr(slim, "NUMPY_MIN_TASKS", 0 if request.param == "numpy" else 10**12)
+    if request.param == "numpy":
+        monkeypatch.setattr(steps, "STEP", 3)
     return request.param
 
 
