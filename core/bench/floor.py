@@ -26,7 +26,10 @@ achieve, whatever it does with its own state:
   ``pickle.loads`` does not do. :func:`stall` runs a call in a thread while
   this thread ticks every 2 ms, with the ingestion's switch interval, and
   reports the longest time the ticking thread could not run: the least
-  event-loop block any engine calling dask's own functions can show.
+  event-loop block any engine calling dask's own functions can show
+  (distributed's ``deserialize``; the slim engine unpickles through a
+  Python-level reader instead, which lets the loop in at every frame:
+  :mod:`slimgraph.ingest.decode`).
 
 ``python -m slimgraph bench`` runs :func:`measure` in a third fresh process
 beside the stock and slim runs and prints the limits next to the targets.
