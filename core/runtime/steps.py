@@ -23,15 +23,21 @@ from typing import Any, Callable, Sequence
 STEP = 65_536
 
 
+def each_step(seq: Any, take: Callable) -> None:
+    """``take(part)`` for consecutive parts of ``seq`` of at most
+    :data:`STEP` items (``seq`` itself when it is that short)."""
+    n = len(seq)
+    if n <= STEP:
+        take(seq)
+        return
+    for lo in range(0, n, STEP):
+        take(seq[lo : lo + STEP])
+
+
 def tolist(a: Any) -> list:
     """``a.tolist()`` of a 1-d numpy array."""
-    n = len(a)
-    if n <= STEP:
-        return a.tolist()
     out: list = []
-    extend = out.extend
-    for lo in range(0, n, STEP):
-        extend(a[lo : lo + STEP].tolist())
+    each_step(a, lambda part: out.extend(part.tolist()))
     return out
 
 
@@ -48,35 +54,20 @@ def int_array(seq: Sequence, np: Any) -> Any:
 
 def list_map(fn: Callable, seq: Sequence) -> list:
     """``list(map(fn, seq))``."""
-    n = len(seq)
-    if n <= STEP:
-        return list(map(fn, seq))
     out: list = []
-    extend = out.extend
-    for lo in range(0, n, STEP):
-        extend(map(fn, seq[lo : lo + STEP]))
+    each_step(seq, lambda part: out.extend(map(fn, part)))
     return out
 
 
 def types_of(seq: Sequence) -> set:
     """``set(map(type, seq))``."""
-    n = len(seq)
-    if n <= STEP:
-        return set(map(type, seq))
     out: set = set()
-    update = out.update
-    for lo in range(0, n, STEP):
-        update(map(type, seq[lo : lo + STEP]))
+    each_step(seq, lambda part: out.update(map(type, part)))
     return out
 
 
 def distinct(seq: Sequence) -> set:
     """``set(seq)``, for a sequence of few distinct values."""
-    n = len(seq)
-    if n <= STEP:
-        return set(seq)
     out: set = set()
-    update = out.update
-    for lo in range(0, n, STEP):
-        update(seq[lo : lo + STEP])
+    each_step(seq, out.update)
     return out
