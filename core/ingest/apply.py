@@ -47,17 +47,19 @@ run stays sorted, its transitions stay as replayed).
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from time import perf_counter
 from typing import Any
 
 from slimgraph import shim
 from slimgraph.ingest import deliveries, dispatch, tail
-from slimgraph.ingest.build import Build, generation, task_read, warn_collisions
+from slimgraph.ingest.build import Build, generation, seed_copy, task_read, warn_collisions
 from slimgraph.ingest.replay import INLINED, Plan, blame, initial_recommendations
 from slimgraph.ingest.spans import observe
 from slimgraph.ingest.submission import joins_last_computation
 from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.taskstate import _prio_head
+from slimgraph.runtime import steps
 
 
 def apply_in_place(state: Any, b: Build, plan: Plan, rec: SubmissionRecord) -> tuple[dict, dict]:
@@ -323,23 +325,17 @@ def reseed(state: Any, b: Build) -> None:
     then adopts it if nothing changed in between; it adds the new entries
     on the loop otherwise (``update``: 0.49 s at 1M).
 
-    In steps of :data:`RESEED_STEP` entries, so that the thread gives the
-    GIL up between them (one ``update`` of a million entries held it 0.18
-    s); the step that outgrows the dict's table rehashes it whole."""
-    copied = state.tasks.copy()  # (one C call: atomic under the GIL)
-    keys = list(copied)
-    values = list(copied.values())
-    new = b.new
+    The new entries go in steps (slimgraph.runtime.steps), so that the
+    thread gives the GIL up between them (one ``update`` of a million
+    entries held it 0.18 s); the step that outgrows the dict's table
+    rehashes it whole."""
+    copied = seed_copy(state, b)
     update = copied.update
-    for lo in range(0, len(new), RESEED_STEP):
-        update([(ts.key, ts) for ts in new[lo : lo + RESEED_STEP]])
-    b.seed = (keys, values)
-    b.seed_ids = frozenset(map(id, values))
+    steps.each_step(b.new, lambda part: update(zip(map(_key_of, part), part)))
     b.tasks = copied
 
 
-#: entries added per step by :func:`reseed`
-RESEED_STEP = 50_000
+_key_of = attrgetter("key")
 
 
 def add_tasks(state: Any, b: Build) -> str:

@@ -267,11 +267,17 @@ def seed(state: Any, b: Build) -> None:
     tasks = state.tasks
     if not tasks or len(tasks) * SEED_RATIO > len(b.sub.index.reached):
         return
-    copied = tasks.copy()  # (one C call: atomic under the GIL)
+    b.tasks = seed_copy(state, b)
+
+
+def seed_copy(state: Any, b: Build) -> dict:
+    """A copy of the scheduler's task dict, recorded as ``b``'s seed (what
+    the commit compares the scheduler's entries with)."""
+    copied = state.tasks.copy()  # (one C call: atomic under the GIL)
     values = list(copied.values())
     b.seed = (list(copied), values)
     b.seed_ids = frozenset(map(id, values))
-    b.tasks = copied
+    return copied
 
 
 #: :func:`seed` only when the build reaches this many times the tasks the
