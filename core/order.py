@@ -409,22 +409,23 @@ def csr_rows(ptr: Any, flat: Any, seq: Any = None, many_as: Any = None) -> list:
 
     lens = np.diff(ptr)
     obj = np.empty(len(lens), dtype=object)
-    step = steps.STEP  # (each C call over at most this many rows: slimgraph.runtime.steps)
-    one = np.flatnonzero(lens == 1)
-    for lo in range(0, one.size, step):
-        at = one[lo : lo + step]
-        obj[at] = np.fromiter(zip(flat[ptr[at]].tolist()), dtype=object, count=at.size)
-    zero = np.flatnonzero(lens == 0)
-    for lo in range(0, zero.size, step):
-        at = zero[lo : lo + step]
-        obj[at] = np.fromiter(repeat((), at.size), dtype=object, count=at.size)
+
+    def put(at: Any, rows: Any) -> None:
+        obj[at] = np.fromiter(rows, dtype=object, count=at.size)
+
+    # (each C call over at most a step of rows: slimgraph.runtime.steps)
+    steps.each_step(np.flatnonzero(lens == 1), lambda at: put(at, zip(flat[ptr[at]].tolist())))
+    steps.each_step(np.flatnonzero(lens == 0), lambda at: put(at, repeat((), at.size)))
     many = np.flatnonzero(lens > 1)
-    if many.size and seq is None:
-        seq = steps.tolist(flat)
-    for lo in range(0, many.size, step):
-        at = many[lo : lo + step]
-        rows = map(seq.__getitem__, map(slice, ptr[at].tolist(), ptr[at + 1].tolist()))
-        obj[at] = np.fromiter(rows if many_as is None else map(many_as, rows), dtype=object, count=at.size)
+    if many.size:
+        if seq is None:
+            seq = steps.tolist(flat)
+
+        def rows_of(at: Any) -> Any:
+            rows = map(seq.__getitem__, map(slice, ptr[at].tolist(), ptr[at + 1].tolist()))
+            return rows if many_as is None else map(many_as, rows)
+
+        steps.each_step(many, lambda at: put(at, rows_of(at)))
     return steps.tolist(obj)
 
 
@@ -706,23 +707,18 @@ class _Orderer:
 
         n = self.n
         i64 = np.int64
-        # (in steps of rows: one fromiter over a million rows holds the GIL)
-        step = steps.STEP
-        lens = np.empty(n, dtype=i64)
+        # (a step of rows at a time: one fromiter over a million rows holds
+        # the GIL, slimgraph.runtime.steps)
+        lens_parts: list = []
+        flat_parts: list = []
         rows = iter(pdeps)
-        for lo in range(0, n, step):
-            k = min(step, n - lo)
-            lens[lo : lo + k] = np.fromiter(map(len, islice(rows, k)), dtype=i64, count=k)
-        ne = int(lens.sum())
-        flat = np.empty(ne, dtype=i64)
-        rows = iter(pdeps)
-        at = 0
-        for lo in range(0, n, step):
-            k = min(step, n - lo)
-            m = int(lens[lo : lo + k].sum())
-            part = list(islice(rows, k))  # (all k rows taken, the empty last ones too)
-            flat[at : at + m] = np.fromiter(chain.from_iterable(part), dtype=i64, count=m)
-            at += m
+        for _ in range(0, n, steps.STEP):
+            part = list(islice(rows, steps.STEP))
+            lp = np.fromiter(map(len, part), dtype=i64, count=len(part))
+            lens_parts.append(lp)
+            flat_parts.append(np.fromiter(chain.from_iterable(part), dtype=i64, count=int(lp.sum())))
+        lens = np.concatenate(lens_parts)
+        flat = np.concatenate(flat_parts)
         src = np.repeat(np.arange(n, dtype=i64), lens)
         eorder = np.argsort(flat, kind="stable")
         tgt = src[eorder]  # dependents, grouped by dependency

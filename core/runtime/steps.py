@@ -36,6 +36,8 @@ def each_step(seq: Any, take: Callable) -> None:
 
 def tolist(a: Any) -> list:
     """``a.tolist()`` of a 1-d numpy array."""
+    if len(a) <= STEP:
+        return a.tolist()
     out: list = []
     each_step(a, lambda part: out.extend(part.tolist()))
     return out
