@@ -26,6 +26,8 @@ def test_client_mode_measures_both_kinds(tmp_path):
     assert dask.config.get("scheduler", None) == scheduler
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     assert result["same_result"]
+    # (dask's Status page built again every 5 s: the default load)
+    assert result["dashboard_pages"] == "reload"
     for kind in ("stock", "slim"):
         run = result[kind]
         assert run["tasks"] > 2000
@@ -41,6 +43,8 @@ def test_client_mode_measures_both_kinds(tmp_path):
         assert run["dashboard_page_errors"] == 0
         assert run["heartbeat_gap_seconds"]["max"] < run["worker_ttl_seconds"]
         assert len(run["ping_timeline"]) == run["pings"]
+        assert len(run["second_client_submit_timeline"]) == run["second_client_submit_seconds"]["n"]
+        assert len(run["dashboard_page_timeline"]) == run["dashboard_page_seconds"]["n"]
         # the longest ping split into the scheduler's blocks and the pinger's own CPU wait
         lp = run["longest_ping"]
         assert lp["seconds"] == run["longest_ping_seconds"] == max(d for _, d in run["ping_timeline"])
@@ -68,19 +72,27 @@ def test_client_mode_measures_both_kinds(tmp_path):
 
 def test_client_mode_real_use_is_staged():
     """``--real-use``: inputs scattered beforehand, the compute inside a
-    span, dask's dashboard pages open: the slim scheduler still stages the
+    span, dask's dashboard pages open (here in a headless Chromium, kept
+    open: ``--dashboard-pages browser``): the slim scheduler still stages the
     submission. The computation is cut short (``--compute-seconds``: one
     worker takes minutes), and the cancel is timed until the scheduler
     answers without the graph. (Real-use results equal to stock's on real
     workers: tests/test_staging.py and tests/test_dispatch.py.)"""
     compute = 1.0
-    result = bench_client("delayed", 6000, workers=1, real_use=True, compute_seconds=compute)
-    assert result["real_use"]
+    result = bench_client("delayed", 6000, workers=1, real_use=True, compute_seconds=compute,
+                          pages="browser")
+    assert result["real_use"] and result["dashboard_pages"] == "browser"
+    for kind in ("stock", "slim"):
+        # the Graph and the Status page, each loaded once in the browser
+        # (HTTP 200, no JavaScript error), and kept open
+        assert result[kind]["dashboard_page_seconds"]["n"] == 2
+        assert result[kind]["dashboard_page_errors"] == 0
     assert result["same_result"] is None
     assert result["slim"]["ingestion"] == "staged"
     assert result["stock"]["tasks"] == result["slim"]["tasks"] > 4000
     table = format_client_table(result)
     assert "inputs persisted beforehand" in table
+    assert "open in a headless Chromium" in table and "(2, kept open)" in table
     assert result["compute_cut_after_seconds"] == compute
     for kind in ("stock", "slim"):
         run = result[kind]

@@ -186,8 +186,12 @@ def test_dasks_own_code_on_the_loop_inside_an_ingestion(chain, cause, label):
      "other thread", "thread user-thread: mylib: loads"),
     ("Dask-Offload_0", os.path.join(SITE, "toolz", "functoolz.py"),
      "dask's own", "thread Dask-Offload_0: toolz: loads"),
+    # slimgraph's own threads (slimgraph.runtime.threads): a drain of the
+    # ingestion's temporaries is not in an ingest module, and is still its
+    ("slimgraph-ingest_1", os.path.join(blame._PKG, "runtime", "disposal.py"),
+     "ingestion", "thread slimgraph-ingest_1: slimgraph: loads"),
 ], ids=["dask-call-in-the-offload-thread", "engine-call-in-its-thread", "someone-else",
-        "what-dasks-unpickling-calls"])
+        "what-dasks-unpickling-calls", "a-drain-in-slimgraph-s-ingest-thread"])
 def test_a_thread_holding_the_gil_is_blamed_not_the_waiting_loop(payload, thread_name, filename, cause, who):
     loads = _fn(LOADS, "loads", filename)
 

@@ -633,6 +633,55 @@ def test_ingestion_is_atomic_and_the_loop_keeps_running():
     run(body())
 
 
+def test_another_client_s_small_submit_does_not_wait_behind_a_big_build(monkeypatch):
+    """A one-task submit of a second client is ingested (and computed) while
+    a big submission's build holds one of slimgraph's threads
+    (slimgraph.runtime.threads). In distributed's single offload thread its
+    materialize waited behind the build: 1.5-3.8 s per submit while a
+    200k-task array was staged."""
+    import threading
+
+    from distributed import Client, Worker
+
+    from slimgraph.distributed import SlimScheduler
+    from slimgraph.ingest import pipeline
+
+    entered, go = threading.Event(), threading.Event()
+    real_build = pipeline.build
+
+    def held_build(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():  # (the staged one's)
+            entered.set()
+            go.wait(60)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "build", held_build)
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s, \
+                Worker(s.address, nthreads=1):
+            async with Client(s.address, asynchronous=True) as a, \
+                    Client(s.address, asynchronous=True) as b:
+                big = a.compute(da.ones((120, 120), chunks=2).sum())  # 3,600 blocks: staged
+                while not entered.is_set():
+                    await asyncio.sleep(0.01)
+                try:
+                    small = b.submit(add, 1, 2, key="small")
+                    assert await asyncio.wait_for(small, 30) == 3
+                    # ... while the big one was still being built
+                    assert not big.done() and big.key not in s.tasks
+                finally:
+                    go.set()
+                assert await big == 120 * 120
+                recs = {r.client: r for r in get_history(s)}
+                assert recs[a.id].ingestion == "staged"
+                assert recs[b.id].ingestion.startswith("in place")
+
+    # (the default sizes: the one-task graph is ingested on the loop)
+    with dask.config.set({"slimgraph.offload-min-tasks": 2000, "slimgraph.offload-min-bytes": 262144}):
+        run(body())
+
+
 def _tree_named(name: str, n: int = 40):
     xs = [delayed(inc)(i, dask_key_name=(name, i)) for i in range(n)]
     while len(xs) > 1:

@@ -62,6 +62,8 @@ import time
 from typing import Any
 
 KINDS = ("stock", "slim")
+#: how the load opens dask's dashboard pages (see :class:`_Load`)
+PAGES = ("reload", "browser")
 
 
 class _Load:
@@ -83,14 +85,22 @@ class _Load:
       builds a Bokeh session on the scheduler's loop, as a browser opening
       the page does). The first
       loads register the plugins dask's dashboard adds (task stream, graph
-      layout), as a user with those pages open has them.
+      layout), as a user with those pages open has them. With
+      ``pages="browser"`` a headless Chromium opens the two pages once and
+      keeps them open instead: their periodic updates come over the pages'
+      websockets, as for a user who looks at them (no page is built again;
+      ``reload``, the default, also measures the cost of building one).
 
     Each kind keeps ``(time.time() at start, seconds)`` per round trip.
     """
 
     def __init__(self, address: str, dashboard: str | None, interval: float = 0.02,
-                 submit_every: float = 0.5, dashboard_every: float = 5.0):
+                 submit_every: float = 0.5, dashboard_every: float = 5.0,
+                 pages: str = "reload"):
         import multiprocessing
+
+        if pages not in PAGES:
+            raise ValueError(f"pages must be one of {PAGES}, not {pages!r}")
 
         ctx = multiprocessing.get_context("spawn")
         self.pings: list = []
@@ -102,7 +112,7 @@ class _Load:
         self._proc = ctx.Process(
             target=_load_main, name="slimgraph-load", daemon=True,
             args=(address, dashboard, interval, submit_every, dashboard_every,
-                  self._stop, self._pages_loaded, send))
+                  self._stop, self._pages_loaded, send, pages))
 
     @property
     def longest(self) -> float:
@@ -111,6 +121,11 @@ class _Load:
     @property
     def count(self) -> int:
         return len(self.pings)
+
+    @property
+    def running(self) -> bool:
+        """Whether the load process is still running."""
+        return self._proc.is_alive()
 
     @property
     def pages_loaded(self) -> int:
@@ -132,9 +147,11 @@ class _Load:
 
 
 def _load_main(address: str, dashboard: str | None, interval: float, submit_every: float,
-               dashboard_every: float, stop: Any, pages_loaded: Any, send: Any) -> None:
+               dashboard_every: float, stop: Any, pages_loaded: Any, send: Any,
+               pages: str = "reload") -> None:
     """The load process: runs until ``stop`` is set, then sends what it saw."""
-    run = _LoadRun(address, dashboard, interval, submit_every, dashboard_every, stop, pages_loaded)
+    run = _LoadRun(address, dashboard, interval, submit_every, dashboard_every, stop, pages_loaded,
+                   pages)
     try:
         asyncio.run(run._run())
     finally:
@@ -146,8 +163,9 @@ class _LoadRun:
     """The load's loops, in the load process (see :class:`_Load`)."""
 
     def __init__(self, address: str, dashboard: str | None, interval: float, submit_every: float,
-                 dashboard_every: float, stop: Any, pages_loaded: Any):
+                 dashboard_every: float, stop: Any, pages_loaded: Any, pages: str = "reload"):
         self.address = address
+        self.pages_mode = pages
         self.dashboard = dashboard
         self.interval = interval
         self.submit_every = submit_every
@@ -162,7 +180,9 @@ class _LoadRun:
         tasks = [asyncio.create_task(self._ping())]
         if self.submit_every:
             tasks.append(asyncio.create_task(self._submit()))
-        if self.dashboard and self.dashboard_every:
+        if self.dashboard and self.pages_mode == "browser":
+            tasks.append(asyncio.create_task(self._browser()))
+        elif self.dashboard and self.dashboard_every:
             tasks.append(asyncio.create_task(self._dashboard()))
         await asyncio.gather(*tasks)
 
@@ -248,6 +268,38 @@ class _LoadRun:
                 await asyncio.sleep(self.dashboard_every)
 
 
+    async def _browser(self) -> None:
+        """``/graph`` and ``/status`` opened once in a headless Chromium, in
+        two tabs kept open until the stop (``(time.time(), seconds to the
+        page's load event, HTTP status)`` per page; 0 if it failed or
+        raised a JavaScript error)."""
+        from playwright.async_api import async_playwright
+
+        from slimgraph.bench.dashboard import CHROMIUM, CHROMIUM_ARGS
+
+        async with async_playwright() as pw:
+            kw = {"executable_path": CHROMIUM} if os.path.exists(CHROMIUM) else {}
+            browser = await pw.chromium.launch(args=CHROMIUM_ARGS, **kw)
+            try:
+                for name in ("graph", "status"):
+                    page = await browser.new_page()
+                    errors: list = []
+                    page.on("pageerror", lambda e, errors=errors: errors.append(e))
+                    t, w = time.perf_counter(), time.time()
+                    try:
+                        r = await page.goto(f"{self.dashboard}/{name}", wait_until="load",
+                                            timeout=120_000)
+                        code = r.status if r is not None and not errors else 0
+                    except Exception:  # noqa: BLE001 - a failed load is what we report
+                        code = 0
+                    self.pages.append((w, time.perf_counter() - t, code))
+                    self._pages_loaded.value = len(self.pages)
+                while not self._stop.is_set():
+                    await asyncio.sleep(0.2)
+            finally:
+                await browser.close()
+
+
 def distribution(values: list) -> dict | None:
     """Median, 99th percentile and maximum of ``values`` (None if empty)."""
     if not values:
@@ -288,13 +340,15 @@ def real_use_collection(client: Any, workload: str, tasks: int) -> Any:
 
 def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
              progress: Any = None, compute_seconds: float | None = None, load: bool = True,
-             real_use: bool = False) -> dict:
+             real_use: bool = False, pages: str = "reload") -> dict:
     """One kind, end to end, in fresh scheduler and worker processes.
     ``load``: besides the pings, a second client's submissions, dashboard
     page loads and the workers' heartbeat gaps (see :class:`_Load`).
     ``real_use``: the graph depends on persisted inputs
     (:func:`real_use_collection`) and is computed inside a
-    ``distributed.span``."""
+    ``distributed.span``. ``pages``: how the load opens dask's dashboard
+    pages (``reload``: ``/status`` built again every 5 s; ``browser``: both
+    pages open in a headless Chromium)."""
     import contextlib
 
     from distributed import Client, span, wait
@@ -330,8 +384,12 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             coll = (real_use_collection(client, workload, tasks) if real_use
                     else WORKLOADS[workload](tasks))
             say(f"{kind}: submitting")
-            with _Load(client.scheduler.address, dash, submit_every=0.5 if load else 0) as ping:
+            with _Load(client.scheduler.address, dash, submit_every=0.5 if load else 0,
+                       pages=pages) as ping:
                 while load and ping.pages_loaded < 2:  # the dashboard pages are open first
+                    if not ping.running:
+                        raise RuntimeError("the load process ended before dask's dashboard pages "
+                                           "were open (its traceback is above)")
                     time.sleep(0.1)
                 # this client's earlier submissions (the inputs) are not the one measured
                 seen = len([r for r in get_submissions(client) if r.client == client.id])
@@ -418,6 +476,10 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "worker_ttl_seconds": hb["worker_ttl"],
             # (time.time(), seconds) of every ping, for a timeline
             "ping_timeline": [(w - t0, d) for w, d, _ in ping.pings],
+            # (seconds after the submission at its start, seconds) of every
+            # second-client submit, and of every dashboard page load
+            "second_client_submit_timeline": [(w - t0, d) for w, d in ping.submits],
+            "dashboard_page_timeline": [(w - t0, d) for w, d, _ in ping.pages],
             "rss_bytes_per_task": rss,
             "ingestion": rec.ingestion,
             "sent_in_slices": getattr(rec, "sent_in_slices", None),
@@ -561,11 +623,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def bench_client(workload: str, tasks: int, workers: int = 2,
                  json_path: str | None = None, compute_seconds: float | None = None,
-                 load: bool = True, real_use: bool = False) -> dict:
+                 load: bool = True, real_use: bool = False, pages: str = "reload") -> dict:
     def say(msg: str) -> None:
         print(f"  {msg}", file=sys.stderr, flush=True)
 
-    runs = {kind: run_kind(kind, workload, tasks, workers, say, compute_seconds, load, real_use)
+    runs = {kind: run_kind(kind, workload, tasks, workers, say, compute_seconds, load, real_use,
+                           pages)
             for kind in KINDS}
     st, sl = runs["stock"], runs["slim"]
     result = {
@@ -575,6 +638,7 @@ def bench_client(workload: str, tasks: int, workers: int = 2,
         "tasks": sl["tasks"],
         "workers": workers,
         "real_use": real_use,
+        "dashboard_pages": pages if load else None,
         "stock": st,
         "slim": sl,
         "same_result": None if st["result"] is None else st["result"] == sl["result"],
@@ -625,6 +689,11 @@ def format_client_table(result: dict) -> str:
                f"slim {block_phase(result['slim'])}")
     out.append(f"slim ingestion: {result['slim'].get('ingestion') or '-'}"
                + ("; inputs persisted beforehand, computed inside a span" if result.get("real_use") else ""))
+    mode = result.get("dashboard_pages")
+    if mode:
+        out.append("dask's dashboard: " + (
+            "/graph and /status open in a headless Chromium (their periodic updates over websockets)"
+            if mode == "browser" else "/graph loaded once, /status built again every 5 s"))
     lp = [result[k].get("longest_ping") for k in ("stock", "slim")]
     if all(lp):
         out.append("longest ping, of it: " + "; ".join(
@@ -656,7 +725,8 @@ def format_client_table(result: dict) -> str:
     out.append(f"{'':38} {'median / p99 / max':>20} {'median / p99 / max':>20}")
     for label, k in (("ping round trip", "ping_seconds"),
                      ("2nd client submit -> result", "second_client_submit_seconds"),
-                     ("dashboard page load", "dashboard_page_seconds"),
+                     ("dashboard page load" + (" (2, kept open)" if result.get("dashboard_pages") == "browser"
+                                               else ""), "dashboard_page_seconds"),
                      ("worker heartbeat gap", "heartbeat_gap_seconds")):
         cells = []
         for kind in ("stock", "slim"):

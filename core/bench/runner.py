@@ -47,6 +47,7 @@ import time
 from typing import Any
 
 from slimgraph.instrument.records import OWNED_PHASES, PHASES
+from slimgraph.bench.e2e import PAGES
 
 
 def _progress(label: str, proc: subprocess.Popen, every: float = 10.0) -> None:
@@ -343,6 +344,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="client mode: the graph depends on inputs persisted beforehand "
                          "(array) or scattered (delayed), and is computed inside a "
                          "distributed.span, with dask's dashboard pages open (unless --no-load)")
+    ap.add_argument("--dashboard-pages", choices=PAGES, default="reload",
+                    help="client mode: how the load opens dask's dashboard: reload (default: "
+                         "/graph once, /status loaded again every 5 s, each load a new Bokeh "
+                         "session built on the scheduler's loop) or browser (both pages open "
+                         "in a headless Chromium, updating over their websockets)")
     ap.add_argument("--soak-minutes", type=float, default=0.0,
                     help="dashboard mode: then this long, submit jobs while reloading our page "
                          "and dask's /status and /graph of both engines (default 0: no soak)")
@@ -365,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
 
         print(format_client_table(
             bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds, a.load,
-                         a.real_use)))
+                         a.real_use, a.dashboard_pages)))
         return
     kinds = (a.only,) if a.only else ("stock", "slim", *(("slim-dask",) if a.compact_off else ()))
     result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds, a.floor)

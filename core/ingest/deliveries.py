@@ -52,7 +52,7 @@ from collections import deque
 from typing import Any, Iterator
 
 from slimgraph import config, shim
-from slimgraph.runtime import disposal, loopshare
+from slimgraph.runtime import disposal, loopshare, threads
 
 logger = logging.getLogger("distributed.scheduler")
 
@@ -278,7 +278,7 @@ def free_later(box: list) -> None:
 
 async def _drain_off_loop(containers: list) -> None:
     try:  # (as the pipeline frees its own: the heap given back after)
-        await shim.offload(disposal.drain_and_give_back, containers, bool(config.get("trim-heap")))
+        await threads.offload(disposal.drain_and_give_back, containers, bool(config.get("trim-heap")))
     except RuntimeError:  # the offload thread is gone (the interpreter exits)
         containers.clear()
 

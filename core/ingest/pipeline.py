@@ -66,7 +66,7 @@ from slimgraph.ingest.replay import replay
 from slimgraph.ingest.submission import Submission
 from slimgraph.ingest import compact, decode
 from slimgraph.instrument.records import SubmissionRecord, layer_rows, materialization_summary
-from slimgraph.runtime import disposal, gcpolicy, switching
+from slimgraph.runtime import disposal, gcpolicy, switching, threads
 
 logger = logging.getLogger("slimgraph.ingest")
 
@@ -130,13 +130,13 @@ class Pipeline:
             with rec.phase("materialize", where="offload") as p:
                 if config.get("compact-ingestion"):
                     # culled here already where stock culls (see compact.stock)
-                    dsk = await shim.offload(compact.materialize, expr, keys, cull, s.validate)
+                    dsk = await threads.offload(compact.materialize, expr, keys, cull, s.validate)
                     annotations_by_type = dsk.annotations
                     cull = False
                     rec.materialization = materialization_summary(dsk.report)
                     rec.layers = layer_rows(dsk.report)
                 else:
-                    dsk, annotations_by_type = await shim.offload(shim.materialize, expr, s.validate)
+                    dsk, annotations_by_type = await threads.offload(shim.materialize, expr, s.validate)
                     rec.materialization = "dask (compact-ingestion off)"
                 p.tasks = len(dsk)
             # the decoded expression freed in steps in a worker thread, not
@@ -144,14 +144,14 @@ class Pipeline:
             decoded = disposal.big(*compact.expression_containers(expr)) if config.get("compact-ingestion") else []
             del expr
             if decoded:
-                await shim.offload(disposal.drain, decoded)
+                await threads.offload(disposal.drain, decoded)
             if not self.shielded and gcpolicy.big(policy, len(dsk)):
                 self.shielded = gcpolicy.shield(policy)
             small = len(dsk) < config.get("offload-min-tasks")
             if small:
                 index, priorities = prepare(dsk, keys, cull, internal_priority, rec, "event-loop")
             else:
-                index, priorities = await shim.offload(prepare, dsk, keys, cull, internal_priority, rec)
+                index, priorities = await threads.offload(prepare, dsk, keys, cull, internal_priority, rec)
             del dsk
             # ---- from here on, the graph is compared with the state ----
             with rec.phase("lost_dependencies") as p:
@@ -210,7 +210,7 @@ class Pipeline:
             garbage = disposal.big(*index.temporaries(), priorities, *b.temporaries(), *plan.temporaries())
             del index, priorities, sub, b, plan, done
             if garbage:
-                await shim.offload(disposal.drain_and_give_back, garbage, bool(config.get("trim-heap")))
+                await threads.offload(disposal.drain_and_give_back, garbage, bool(config.get("trim-heap")))
         except Exception as e:
             status, error = "error", f"{type(e).__name__}: {e}"
             s.log_event(
@@ -253,7 +253,7 @@ class Pipeline:
             try:
                 if inline:
                     return loads(expr_ser.header, expr_ser.frames)
-                return await shim.offload(loads, expr_ser.header, expr_ser.frames)
+                return await threads.offload(loads, expr_ser.header, expr_ser.frames)
             except Exception as e:
                 raise RuntimeError(
                     "Error during deserialization of the task graph. This "
@@ -282,7 +282,7 @@ class Pipeline:
                     p.tasks = len(b.new)
                 return b, plan
 
-            b, plan = await shim.offload(off_loop)
+            b, plan = await threads.offload(off_loop)
             if plan is not None and not plan.stock and not plan.live_writes:
                 await self._shadow(b, plan)
             if plan is None:
@@ -294,7 +294,7 @@ class Pipeline:
             else:
                 await self._rehead_while_clock_moves(b, plan)
                 if not applier.seed_current(s, b):
-                    await shim.offload(applier.reseed, s, b)
+                    await threads.offload(applier.reseed, s, b)
                 with rec.phase("commit") as p:
                     msgs = applier.commit(s, b, plan)
                     if msgs is None and plan.refused == applier.CLOCK_MOVED and applier.can_rehead(b, plan):
@@ -333,7 +333,7 @@ class Pipeline:
             if gen is None:
                 return
             with self.rec.phase("transitions", where="offload"):
-                await shim.offload(applier.rehead, b, plan, gen)
+                await threads.offload(applier.rehead, b, plan, gen)
 
     async def _shadow(self, b: Any, plan: Any) -> None:
         """Where the commit will send the ready tasks (slimgraph.ingest.dispatch):
@@ -347,7 +347,7 @@ class Pipeline:
             if view is None:
                 return
             with self.rec.phase("transitions", where="offload"):
-                plan.dispatch = await shim.offload(dispatch.shadow, s, b, plan, view)
+                plan.dispatch = await threads.offload(dispatch.shadow, s, b, plan, view)
             if plan.dispatch is None or plan.dispatch.current(s, b):
                 return
 

@@ -65,7 +65,7 @@ from dask.utils import parse_timedelta
 
 from slimgraph import config, shim
 from slimgraph.ingest import dispatch, pacing
-from slimgraph.runtime import disposal, loopshare
+from slimgraph.runtime import disposal, loopshare, threads
 
 logger = logging.getLogger("distributed.scheduler")
 
@@ -364,7 +364,7 @@ class Tails:
                 if tail.reuse is not None:
                     garbage.append(tail.reuse.msg_at)
                 tail.reuse = None
-                await shim.offload(disposal.drain_and_give_back, garbage, bool(config.get("trim-heap")))
+                await threads.offload(disposal.drain_and_give_back, garbage, bool(config.get("trim-heap")))
             await asyncio.sleep(rest)  # (the loop to others meanwhile: slimgraph.runtime.loopshare)
 
     def finish_now(self) -> None:

@@ -81,6 +81,8 @@ import threading
 import time
 from typing import Any
 
+from slimgraph.runtime.threads import THREAD_NAME
+
 #: The package directory: frames from here are slimgraph's.
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: Sub-packages of slimgraph that measure or show rather than ingest.
@@ -110,6 +112,8 @@ def _stock_ingestion() -> frozenset:
 #: stock orders) a submission there; in a scheduler little else runs there
 #: (large messages are deserialized there too, a big submission first of all).
 _OFFLOAD = "Dask-Offload"
+#: slimgraph's own threads for an ingestion's steps
+_INGEST_THREAD = THREAD_NAME
 
 #: Where an idle thread stands: the innermost frame of a thread that waits
 #: (for work, a lock, the selector) is one of these functions of these
@@ -296,7 +300,7 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
         codes = frames[busiest]
         name = str(names.get(busiest, busiest))
         who = f"thread {name}: {_where_busy(codes)}"
-        if _ingestion_frame(codes) is not None or name.startswith(_OFFLOAD):
+        if _ingestion_frame(codes) is not None or name.startswith((_OFFLOAD, _INGEST_THREAD)):
             inner = _innermost_own(codes)
             if _owner(codes[0].co_filename) in ("dask", "distributed") or (inner is not None and _dasks_own(inner)):
                 # (or what dask's unpickling calls: toolz rebuilding a curried function)

@@ -6,6 +6,8 @@
   around an ingestion;
 - :mod:`~slimgraph.runtime.switching`: a shorter GIL switch interval while
   an ingestion works in a thread;
+- :mod:`~slimgraph.runtime.threads`: the threads an ingestion's steps run
+  in, off the event loop (its own, not distributed's one offload thread);
 - :mod:`~slimgraph.runtime.disposal`: an ingestion's big temporaries freed
   in steps, off the event loop;
 - :mod:`~slimgraph.runtime.finalizers`: the finalizers a frozen collector

@@ -108,7 +108,7 @@ from distributed.scheduler import (  # noqa: E402,F401
 )
 from distributed.scheduler import TaskState as StockTaskState  # noqa: E402,F401
 from distributed.stealing import WorkStealing  # noqa: E402
-from distributed.utils import TupleComparable, key_split_group, offload  # noqa: E402,F401
+from distributed.utils import TupleComparable, key_split_group  # noqa: E402,F401
 
 try:  # a private module: present in every supported release
     from distributed.shuffle._scheduler_plugin import ShuffleSchedulerPlugin  # noqa: E402
