@@ -267,7 +267,6 @@ class _LoadRun:
             if i > 1:  # (the Graph and the Status page open together, as two tabs do)
                 await asyncio.sleep(self.dashboard_every)
 
-
     async def _browser(self) -> None:
         """``/graph`` and ``/status`` opened once in a headless Chromium, in
         two tabs kept open until the stop (``(time.time(), seconds to the
