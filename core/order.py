@@ -113,7 +113,7 @@ from array import array
 from collections import Counter, deque
 from heapq import heappop, heappush
 from functools import partial
-from itertools import chain, islice, repeat
+from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
@@ -711,12 +711,13 @@ class _Orderer:
         # the GIL, slimgraph.runtime.steps)
         lens_parts: list = []
         flat_parts: list = []
-        rows = iter(pdeps)
-        for _ in range(0, n, steps.STEP):
-            part = list(islice(rows, steps.STEP))
+
+        def take(part: Sequence) -> None:
             lp = np.fromiter(map(len, part), dtype=i64, count=len(part))
             lens_parts.append(lp)
             flat_parts.append(np.fromiter(chain.from_iterable(part), dtype=i64, count=int(lp.sum())))
+
+        steps.each_step(pdeps, take)
         lens = np.concatenate(lens_parts)
         flat = np.concatenate(flat_parts)
         src = np.repeat(np.arange(n, dtype=i64), lens)

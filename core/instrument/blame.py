@@ -20,8 +20,9 @@ stack (``sys._current_frames()``) every few milliseconds and hands it to
     slimgraph's pipeline (``slimgraph.ingest``, the engine's model, its
     ordering, its runtime) or inside stock's ``Scheduler.update_graph``; or
     the loop waits for the GIL while a thread of that ingestion (one with
-    such frames, or distributed's offload thread, where both engines
-    deserialize and materialize) is busy in the engine's code.
+    such frames, slimgraph's own ingest threads, or distributed's offload
+    thread, where stock deserializes and materializes) is busy in the
+    engine's code.
 ``dask's own``
     the loop waits for the GIL while a thread of the ingestion stands in
     dask's or distributed's code: dask's deserialize (``pickle.loads``) and
@@ -108,12 +109,11 @@ def _stock_ingestion() -> frozenset:
         _STOCK_INGESTION = frozenset({"update_graph", shim.STOCK_FUNCTIONS["materialize"][1]})
     return _STOCK_INGESTION
 
-#: distributed's offload thread: both engines deserialize, materialize (and
-#: stock orders) a submission there; in a scheduler little else runs there
-#: (large messages are deserialized there too, a big submission first of all).
+#: distributed's offload thread: stock materializes (and orders) a
+#: submission there; in a scheduler little else runs there (large messages
+#: are deserialized there too, a big submission first of all). slimgraph's
+#: steps run in threads of its own (THREAD_NAME, slimgraph.runtime.threads).
 _OFFLOAD = "Dask-Offload"
-#: slimgraph's own threads for an ingestion's steps
-_INGEST_THREAD = THREAD_NAME
 
 #: Where an idle thread stands: the innermost frame of a thread that waits
 #: (for work, a lock, the selector) is one of these functions of these
@@ -300,7 +300,7 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
         codes = frames[busiest]
         name = str(names.get(busiest, busiest))
         who = f"thread {name}: {_where_busy(codes)}"
-        if _ingestion_frame(codes) is not None or name.startswith((_OFFLOAD, _INGEST_THREAD)):
+        if _ingestion_frame(codes) is not None or name.startswith((_OFFLOAD, THREAD_NAME)):
             inner = _innermost_own(codes)
             if _owner(codes[0].co_filename) in ("dask", "distributed") or (inner is not None and _dasks_own(inner)):
                 # (or what dask's unpickling calls: toolz rebuilding a curried function)

@@ -105,7 +105,8 @@ class PhaseRecord:
     gc_s: float = 0.0
     gc_collections: int = 0
     #: Where the phase ran: "event-loop" (blocks the scheduler) or "offload"
-    #: (distributed's offload thread, which still holds the GIL).
+    #: (a thread off the loop: distributed's offload thread for stock,
+    #: slimgraph.runtime.threads for slim; it still holds the GIL).
     where: str = "event-loop"
     #: Longest event-loop block that overlapped this phase (seconds), when a
     #: loop monitor was attached: says which phase a long block came from.
