@@ -42,12 +42,16 @@ def test_client_mode_measures_both_kinds(tmp_path):
             assert d["n"] > 0 and 0 < d["median"] <= d["p99"] <= d["max"], (kind, k, d)
         assert run["dashboard_page_errors"] == 0
         assert run["heartbeat_gap_seconds"]["max"] < run["worker_ttl_seconds"]
-        assert len(run["ping_timeline"]) == run["pings"]
+        # every ping is in the timeline; the figures are those from the
+        # submission on (before it, the load's pages were opening)
+        assert len([t for t, _ in run["ping_timeline"] if t >= 0]) == run["pings"]
+        assert run["ping_before_submission_seconds"]["n"] == len(run["ping_timeline"]) - run["pings"] > 0
+        assert run["worker_niceness"] == [0, 0]
         assert len(run["second_client_submit_timeline"]) == run["second_client_submit_seconds"]["n"]
         assert len(run["dashboard_page_timeline"]) == run["dashboard_page_seconds"]["n"]
         # the longest ping split into the scheduler's blocks and the pinger's own CPU wait
         lp = run["longest_ping"]
-        assert lp["seconds"] == run["longest_ping_seconds"] == max(d for _, d in run["ping_timeline"])
+        assert lp["seconds"] == run["longest_ping_seconds"] == max(d for t, d in run["ping_timeline"] if t >= 0)
         assert 0 <= lp["loop_blocked_seconds"] <= lp["seconds"] and lp["pinger_cpu_wait_seconds"] >= 0
         # every block kept is attributed: a known cause, a label, and the
         # record's causes are a subset of the whole window's
@@ -80,8 +84,12 @@ def test_client_mode_real_use_is_staged():
     workers: tests/test_staging.py and tests/test_dispatch.py.)"""
     compute = 1.0
     result = bench_client("delayed", 6000, workers=1, real_use=True, compute_seconds=compute,
-                          pages="browser")
+                          pages="browser", nice=5)
     assert result["real_use"] and result["dashboard_pages"] == "browser"
+    # (--background-nice: the worker processes at that niceness, the
+    # scheduler not)
+    assert result["background_nice"] == 5
+    assert [r["worker_niceness"] for r in (result["stock"], result["slim"])] == [[5], [5]]
     for kind in ("stock", "slim"):
         # the Graph and the Status page, each loaded once in the browser
         # (HTTP 200, no JavaScript error), and kept open
@@ -93,6 +101,7 @@ def test_client_mode_real_use_is_staged():
     table = format_client_table(result)
     assert "inputs persisted beforehand" in table
     assert "open in a headless Chromium" in table and "(2, kept open)" in table
+    assert "the workers and the browser at niceness 5" in table
     assert result["compute_cut_after_seconds"] == compute
     for kind in ("stock", "slim"):
         run = result[kind]
@@ -121,3 +130,22 @@ def test_longest_ping_is_split_into_loop_blocks_and_the_pingers_wait():
     assert lp == {"seconds": 2.0, "at_seconds": 11.0, "loop_blocked_seconds": 1.0,
                   "pinger_cpu_wait_seconds": 0.3}
     assert longest_ping([], blocks, 0.0) is None
+
+
+def test_the_browser_runs_at_the_niceness_asked_and_never_above_the_scheduler():
+    """``--background-nice`` reaches the browser through a script that
+    ``exec``s it (Playwright starts the browser itself); run as root, the
+    script also takes away the privilege Chromium uses to raise its own
+    threads above everything else (niceness -8)."""
+    import os
+    import subprocess
+
+    from slimgraph.bench.dashboard import browser_executable
+
+    script = browser_executable("/bin/sh", 7)
+    out = subprocess.run([script, "-c", "nice; grep CapEff /proc/self/status"], capture_output=True,
+                         text=True, check=True)
+    niceness, caps = out.stdout.split("\n", 1)
+    assert int(niceness) == os.nice(0) + 7
+    if os.geteuid() == 0:
+        assert not int(caps.split()[1], 16) & (1 << 23)  # CAP_SYS_NICE

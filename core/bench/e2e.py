@@ -64,14 +64,20 @@ from typing import Any
 KINDS = ("stock", "slim")
 #: how the load opens dask's dashboard pages (see :class:`_Load`)
 PAGES = ("reload", "browser")
+#: between the load's pages opening and the submission (see ``run_kind``)
+PAGES_SETTLE_SECONDS = 3.0
 
 
 class _Load:
-    """What other users of the scheduler see while it ingests: in a process
-    of its own (the submitting client's process pickles the graph, holding
+    """What other users of the scheduler see while it ingests: in processes
+    of their own (the submitting client's process pickles the graph, holding
     its GIL for seconds: a thread there measured that, not the scheduler;
     in one 1M-task run it made the longest ping 5.5 s where the scheduler's
-    longest block was 1.2 s), with its own event loop,
+    longest block was 1.2 s), each with its own event loop. The pinger has
+    a process to itself: sharing one with the browser's driver and the
+    second client, its round trips also measured that process's own turns
+    (a 463 ms ping while the scheduler's loop was not blocked at all, as a
+    page finished loading).
 
     - a second connection asks the scheduler for ``identity`` every
       ``interval`` seconds (a plain RPC: the latency another client or a
@@ -92,11 +98,12 @@ class _Load:
       ``reload``, the default, also measures the cost of building one).
 
     Each kind keeps ``(time.time() at start, seconds)`` per round trip.
+    ``nice``: the browser runs at this niceness (see ``run_kind``).
     """
 
     def __init__(self, address: str, dashboard: str | None, interval: float = 0.02,
                  submit_every: float = 0.5, dashboard_every: float = 5.0,
-                 pages: str = "reload"):
+                 pages: str = "reload", nice: int = 0):
         import multiprocessing
 
         if pages not in PAGES:
@@ -108,11 +115,18 @@ class _Load:
         self.pages: list = []
         self._stop = ctx.Event()
         self._pages_loaded = ctx.Value("i", 0)
-        self._recv, send = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(
-            target=_load_main, name="slimgraph-load", daemon=True,
-            args=(address, dashboard, interval, submit_every, dashboard_every,
-                  self._stop, self._pages_loaded, send, pages))
+        self._pipes: list = []
+        self._procs: list = []
+        parts = [("slimgraph-ping", ("ping",))]
+        if submit_every or dashboard:
+            parts.append(("slimgraph-load", ("submit", "pages")))
+        for name, roles in parts:
+            recv, send = ctx.Pipe(duplex=False)
+            self._pipes.append(recv)
+            self._procs.append(ctx.Process(
+                target=_load_main, name=name, daemon=True,
+                args=(address, dashboard, interval, submit_every, dashboard_every,
+                      self._stop, self._pages_loaded, send, pages, roles, nice)))
 
     @property
     def longest(self) -> float:
@@ -124,8 +138,8 @@ class _Load:
 
     @property
     def running(self) -> bool:
-        """Whether the load process is still running."""
-        return self._proc.is_alive()
+        """Whether the load's processes are all still running."""
+        return all(p.is_alive() for p in self._procs)
 
     @property
     def pages_loaded(self) -> int:
@@ -133,25 +147,32 @@ class _Load:
         return self._pages_loaded.value
 
     def __enter__(self) -> "_Load":
-        self._proc.start()
+        for p in self._procs:
+            p.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
-        if self._recv.poll(180):
-            got = self._recv.recv()
-            self.pings, self.submits, self.pages = got["pings"], got["submits"], got["pages"]
-        self._proc.join(timeout=30)
-        if self._proc.is_alive():
-            self._proc.terminate()
+        for recv in self._pipes:
+            if recv.poll(180):
+                got = recv.recv()
+                self.pings += got["pings"]
+                self.submits += got["submits"]
+                self.pages += got["pages"]
+        for p in self._procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.terminate()
 
 
 def _load_main(address: str, dashboard: str | None, interval: float, submit_every: float,
                dashboard_every: float, stop: Any, pages_loaded: Any, send: Any,
-               pages: str = "reload") -> None:
-    """The load process: runs until ``stop`` is set, then sends what it saw."""
+               pages: str = "reload", roles: tuple = ("ping", "submit", "pages"),
+               nice: int = 0) -> None:
+    """A load process: runs ``roles`` until ``stop`` is set, then sends what
+    it saw."""
     run = _LoadRun(address, dashboard, interval, submit_every, dashboard_every, stop, pages_loaded,
-                   pages)
+                   pages, roles, nice)
     try:
         asyncio.run(run._run())
     finally:
@@ -163,8 +184,11 @@ class _LoadRun:
     """The load's loops, in the load process (see :class:`_Load`)."""
 
     def __init__(self, address: str, dashboard: str | None, interval: float, submit_every: float,
-                 dashboard_every: float, stop: Any, pages_loaded: Any, pages: str = "reload"):
+                 dashboard_every: float, stop: Any, pages_loaded: Any, pages: str = "reload",
+                 roles: tuple = ("ping", "submit", "pages"), nice: int = 0):
         self.address = address
+        self.roles = roles
+        self.nice = nice
         self.pages_mode = pages
         self.dashboard = dashboard
         self.interval = interval
@@ -177,12 +201,14 @@ class _LoadRun:
         self._pages_loaded = pages_loaded
 
     async def _run(self) -> None:
-        tasks = [asyncio.create_task(self._ping())]
-        if self.submit_every:
+        tasks = []
+        if "ping" in self.roles:
+            tasks.append(asyncio.create_task(self._ping()))
+        if "submit" in self.roles and self.submit_every:
             tasks.append(asyncio.create_task(self._submit()))
-        if self.dashboard and self.pages_mode == "browser":
+        if "pages" in self.roles and self.dashboard and self.pages_mode == "browser":
             tasks.append(asyncio.create_task(self._browser()))
-        elif self.dashboard and self.dashboard_every:
+        elif "pages" in self.roles and self.dashboard and self.dashboard_every:
             tasks.append(asyncio.create_task(self._dashboard()))
         await asyncio.gather(*tasks)
 
@@ -274,11 +300,10 @@ class _LoadRun:
         raised a JavaScript error)."""
         from playwright.async_api import async_playwright
 
-        from slimgraph.bench.dashboard import CHROMIUM, CHROMIUM_ARGS
+        from slimgraph.bench.dashboard import launch_browser
 
         async with async_playwright() as pw:
-            kw = {"executable_path": CHROMIUM} if os.path.exists(CHROMIUM) else {}
-            browser = await pw.chromium.launch(args=CHROMIUM_ARGS, **kw)
+            browser = await launch_browser(pw, self.nice)
             try:
                 for name in ("graph", "status"):
                     page = await browser.new_page()
@@ -339,7 +364,7 @@ def real_use_collection(client: Any, workload: str, tasks: int) -> Any:
 
 def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
              progress: Any = None, compute_seconds: float | None = None, load: bool = True,
-             real_use: bool = False, pages: str = "reload") -> dict:
+             real_use: bool = False, pages: str = "reload", nice: int = 0) -> dict:
     """One kind, end to end, in fresh scheduler and worker processes.
     ``load``: besides the pings, a second client's submissions, dashboard
     page loads and the workers' heartbeat gaps (see :class:`_Load`).
@@ -347,7 +372,13 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
     (:func:`real_use_collection`) and is computed inside a
     ``distributed.span``. ``pages``: how the load opens dask's dashboard
     pages (``reload``: ``/status`` built again every 5 s; ``browser``: both
-    pages open in a headless Chromium)."""
+    pages open in a headless Chromium). ``nice``: the worker processes and
+    the load's browser run at this niceness, as on a cluster where they do
+    not share the scheduler's cores (on this machine's two cores, two busy
+    workers and a browser otherwise leave the scheduler's loop, and the
+    pinger, waiting for a CPU: ``no CPU`` blocks of 0.2-0.5 s, the same
+    for both engines). The scheduler, the client and the pinger are not
+    niced."""
     import contextlib
 
     from distributed import Client, span, wait
@@ -372,9 +403,11 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             [py, "-m", "distributed.cli.dask_worker", "--scheduler-file", sfile,
              "--nworkers", str(workers), "--nthreads", "1", "--no-dashboard",
              "--memory-limit", "0"],
-            stdout=logs, stderr=subprocess.STDOUT))
+            stdout=logs, stderr=subprocess.STDOUT,
+            preexec_fn=(lambda: os.nice(nice)) if nice else None))
         with Client(scheduler_file=sfile, timeout="60s") as client:
             client.wait_for_workers(workers, timeout=120)
+            niceness = sorted(client.run(os.nice, 0).values())
             install(client)
             from slimgraph.instrument import heartbeats
 
@@ -384,12 +417,17 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     else WORKLOADS[workload](tasks))
             say(f"{kind}: submitting")
             with _Load(client.scheduler.address, dash, submit_every=0.5 if load else 0,
-                       pages=pages) as ping:
+                       pages=pages, nice=nice) as ping:
                 while load and ping.pages_loaded < 2:  # the dashboard pages are open first
                     if not ping.running:
                         raise RuntimeError("the load process ended before dask's dashboard pages "
                                            "were open (its traceback is above)")
                     time.sleep(0.1)
+                if load:
+                    # a user opens the pages, then submits: a Status page
+                    # pulls its first updates after its load event (pings of
+                    # 0.1-0.4 s on either engine, no tasks yet)
+                    time.sleep(PAGES_SETTLE_SECONDS)
                 # this client's earlier submissions (the inputs) are not the one measured
                 seen = len([r for r in get_submissions(client) if r.client == client.id])
                 t0 = time.time()
@@ -438,6 +476,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             # followed (pinged), then the cancel
             cut = t_done if t_done is not None else t_cancel
             blocks = client.run_on_scheduler(_loop_blocks, since=t0)
+        window = [p for p in ping.pings if p[0] >= t0]
         # the scheduler closes its workers as a cluster's shutdown does (a
         # terminated dask-worker takes 8 s to close its nannies); from a
         # client of its own, not the default one: a default client shut
@@ -463,11 +502,14 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "window_block_causes": by_cause([b for b in blocks if b["wall_end"] <= cut]),
             "cancel_block_causes": by_cause([b for b in blocks if b["wall_end"] > cut]),
             "ingestion_blocks": longest_of([b for b in blocks if b["wall_end"] <= cut], "ingestion"),
-            "longest_ping_seconds": ping.longest,
-            "longest_ping": longest_ping(ping.pings, blocks, t0),
-            "pings": ping.count,
-            # what other users saw: distributions over the pinged window
-            "ping_seconds": distribution([p[1] for p in ping.pings]),
+            "longest_ping_seconds": max((p[1] for p in window), default=0.0),
+            "longest_ping": longest_ping(window, blocks, t0),
+            "pings": len(window),
+            # what other users saw: distributions over the window from the
+            # submission to the cut (before it: the pages opening)
+            "ping_seconds": distribution([p[1] for p in window]),
+            "ping_before_submission_seconds": distribution(
+                [p[1] for p in ping.pings if p[0] < t0]),
             "second_client_submit_seconds": distribution([d for _, d in ping.submits]),
             "dashboard_page_seconds": distribution([d for _, d, _ in ping.pages]),
             "dashboard_page_errors": sum(1 for _, _, code in ping.pages if code != 200),
@@ -480,6 +522,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "second_client_submit_timeline": [(w - t0, d) for w, d in ping.submits],
             "dashboard_page_timeline": [(w - t0, d) for w, d, _ in ping.pages],
             "rss_bytes_per_task": rss,
+            "worker_niceness": niceness,
             "ingestion": rec.ingestion,
             "sent_in_slices": getattr(rec, "sent_in_slices", None),
             "cancel_answer_seconds": cancel_seconds,
@@ -622,12 +665,13 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def bench_client(workload: str, tasks: int, workers: int = 2,
                  json_path: str | None = None, compute_seconds: float | None = None,
-                 load: bool = True, real_use: bool = False, pages: str = "reload") -> dict:
+                 load: bool = True, real_use: bool = False, pages: str = "reload",
+                 nice: int = 0) -> dict:
     def say(msg: str) -> None:
         print(f"  {msg}", file=sys.stderr, flush=True)
 
     runs = {kind: run_kind(kind, workload, tasks, workers, say, compute_seconds, load, real_use,
-                           pages)
+                           pages, nice)
             for kind in KINDS}
     st, sl = runs["stock"], runs["slim"]
     result = {
@@ -638,6 +682,7 @@ def bench_client(workload: str, tasks: int, workers: int = 2,
         "workers": workers,
         "real_use": real_use,
         "dashboard_pages": pages if load else None,
+        "background_nice": nice,
         "stock": st,
         "slim": sl,
         "same_result": None if st["result"] is None else st["result"] == sl["result"],
@@ -699,6 +744,9 @@ def format_client_table(result: dict) -> str:
             f"{k} {p['seconds'] * 1e3:,.0f} ms at {p['at_seconds']:.1f} s: the scheduler's loop blocked "
             f"{p['loop_blocked_seconds'] * 1e3:,.0f} ms, the pinger waited for a CPU "
             f"{p['pinger_cpu_wait_seconds'] * 1e3:,.0f} ms" for k, p in zip(("stock", "slim"), lp)))
+    if result.get("background_nice"):
+        out.append(f"the workers and the browser at niceness {result['background_nice']} "
+                   "(the scheduler, the client and the pinger not niced)")
     tail = result["slim"].get("sent_in_slices")
     if tail:
         out.append(f"slim: {tail['tasks']:,} ready tasks sent after the commit in {tail['slices']:,} slices "

@@ -349,12 +349,18 @@ def main(argv: list[str] | None = None) -> None:
                          "/graph once, /status loaded again every 5 s, each load a new Bokeh "
                          "session built on the scheduler's loop) or browser (both pages open "
                          "in a headless Chromium, updating over their websockets)")
+    ap.add_argument("--background-nice", type=int, default=0, metavar="N",
+                    help="client mode: run the worker processes and the load's browser at "
+                         "niceness N, as on a cluster where they have cores of their own "
+                         "(default 0: they compete with the scheduler for this machine's cores)")
     ap.add_argument("--soak-minutes", type=float, default=0.0,
                     help="dashboard mode: then this long, submit jobs while reloading our page "
                          "and dask's /status and /graph of both engines (default 0: no soak)")
     a = ap.parse_args(argv)
     if a.tasks is None:
         a.tasks = 1_000_000 if a.mode == "dashboard" else 20_000
+    if a.mode != "client" and a.background_nice:
+        ap.error("--background-nice is for --mode client")
     if a.mode != "dashboard" and a.soak_minutes:
         ap.error("--soak-minutes is for --mode dashboard")
     if a.mode == "dashboard":
@@ -371,7 +377,7 @@ def main(argv: list[str] | None = None) -> None:
 
         print(format_client_table(
             bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds, a.load,
-                         a.real_use, a.dashboard_pages)))
+                         a.real_use, a.dashboard_pages, a.background_nice)))
         return
     kinds = (a.only,) if a.only else ("stock", "slim", *(("slim-dask",) if a.compact_off else ()))
     result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds, a.floor)
