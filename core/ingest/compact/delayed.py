@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from slimgraph.runtime import steps
 from slimgraph.runtime.disposal import drain
 from slimgraph.shim.compact import MaterializedLayer, Task
 from .assemble import Part, split_dependencies
@@ -75,12 +76,13 @@ def toposort_layers(dependencies: dict) -> list | None:
             return None
     target = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     source = np.repeat(np.arange(n, dtype=np.int64), degree)
-    dependents = source[np.argsort(target, kind="stable")].tolist()
+    # (the lists in steps: steps.tolist)
+    dependents = steps.tolist(source[np.argsort(target, kind="stable")])
     start = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(target, minlength=n), out=start[1:])
-    start = start.tolist()
-    waiting = degree.tolist()
-    ready = np.flatnonzero(degree == 0).tolist()
+    start = steps.tolist(start)
+    waiting = steps.tolist(degree)
+    ready = steps.tolist(np.flatnonzero(degree == 0))
     out: list = []
     pop = ready.pop
     push = ready.append
