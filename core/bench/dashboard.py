@@ -86,6 +86,7 @@ JSON (``--json PATH``)::
 from __future__ import annotations
 
 import atexit
+import functools
 import html
 import json
 import os
@@ -287,6 +288,10 @@ def _first_frame(error: Any) -> str:
     return f" ({frames[0]})" if frames else ""
 
 
+#: setpriv's words that start a program without ``CAP_SYS_NICE``
+_NO_SYS_NICE = ["setpriv", "--bounding-set", "-sys_nice", "--inh-caps", "-sys_nice"]
+
+
 def browser_executable(exe: str, nice: int = 0) -> str:
     """The browser to start, as a user's browser runs: at niceness ``nice``,
     and never above the scheduler's priority. Run as root, Chromium raises
@@ -297,30 +302,37 @@ def browser_executable(exe: str, nice: int = 0) -> str:
     privilege, so the benchmark's browser is started through a script that
     drops the capability (``setpriv``) and applies ``nice``; Playwright's
     pipes to it pass through ``exec``. ``exe``: the browser itself."""
-    drop = os.geteuid() == 0 and shutil.which("setpriv") is not None
+    drop = os.geteuid() == 0 and _can_drop_sys_nice()
     if not drop and not nice:
         return exe
     key = (exe, nice, drop)
-    path = _BROWSER_SCRIPTS.get(key)
-    if path is None:
-        folder = _BROWSER_SCRIPTS.get("folder")
-        if folder is None:
-            folder = _BROWSER_SCRIPTS["folder"] = tempfile.mkdtemp(prefix="slimgraph-browser-")
-            atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        path = os.path.join(folder, f"chromium-{len(_BROWSER_SCRIPTS)}.sh")
-        words = ["exec"]
-        if drop:
-            words += ["setpriv", "--bounding-set", "-sys_nice", "--inh-caps", "-sys_nice"]
-        if nice:
-            words += ["nice", "-n", str(int(nice))]
+    if key not in _scripts:
+        words = ["exec", *(_NO_SYS_NICE if drop else ()), *(("nice", "-n", str(int(nice))) if nice else ())]
+        path = os.path.join(_script_dir(), f"chromium-{len(_scripts)}.sh")
         with open(path, "w") as f:
             f.write("#!/bin/sh\n" + " ".join(words) + f' "{exe}" "$@"\n')
         os.chmod(path, 0o755)
-        _BROWSER_SCRIPTS[key] = path
-    return path
+        _scripts[key] = path
+    return _scripts[key]
 
 
-_BROWSER_SCRIPTS: dict = {}
+#: (browser, niceness, capability dropped) -> its script
+_scripts: dict = {}
+
+
+@functools.cache
+def _script_dir() -> str:
+    folder = tempfile.mkdtemp(prefix="slimgraph-browser-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+@functools.cache
+def _can_drop_sys_nice() -> bool:
+    """Whether ``setpriv`` is there and may drop ``CAP_SYS_NICE`` here (a
+    container may refuse to change the bounding set)."""
+    return shutil.which("setpriv") is not None and subprocess.run(
+        [*_NO_SYS_NICE, "true"], capture_output=True).returncode == 0
 
 
 def launch_browser(pw, nice: int = 0):
