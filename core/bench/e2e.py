@@ -129,14 +129,6 @@ class _Load:
                       self._stop, self._pages_loaded, send, pages, roles, nice)))
 
     @property
-    def longest(self) -> float:
-        return max((p[1] for p in self.pings), default=0.0)
-
-    @property
-    def count(self) -> int:
-        return len(self.pings)
-
-    @property
     def running(self) -> bool:
         """Whether the load's processes are all still running."""
         return all(p.is_alive() for p in self._procs)
@@ -206,10 +198,11 @@ class _LoadRun:
             tasks.append(asyncio.create_task(self._ping()))
         if "submit" in self.roles and self.submit_every:
             tasks.append(asyncio.create_task(self._submit()))
-        if "pages" in self.roles and self.dashboard and self.pages_mode == "browser":
-            tasks.append(asyncio.create_task(self._browser()))
-        elif "pages" in self.roles and self.dashboard and self.dashboard_every:
-            tasks.append(asyncio.create_task(self._dashboard()))
+        if "pages" in self.roles and self.dashboard:
+            if self.pages_mode == "browser":
+                tasks.append(asyncio.create_task(self._browser()))
+            elif self.dashboard_every:
+                tasks.append(asyncio.create_task(self._dashboard()))
         await asyncio.gather(*tasks)
 
     async def _ping(self) -> None:
@@ -477,6 +470,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             cut = t_done if t_done is not None else t_cancel
             blocks = client.run_on_scheduler(_loop_blocks, since=t0)
         window = [p for p in ping.pings if p[0] >= t0]
+        lp = longest_ping(window, blocks, t0)
         # the scheduler closes its workers as a cluster's shutdown does (a
         # terminated dask-worker takes 8 s to close its nannies); from a
         # client of its own, not the default one: a default client shut
@@ -502,8 +496,8 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "window_block_causes": by_cause([b for b in blocks if b["wall_end"] <= cut]),
             "cancel_block_causes": by_cause([b for b in blocks if b["wall_end"] > cut]),
             "ingestion_blocks": longest_of([b for b in blocks if b["wall_end"] <= cut], "ingestion"),
-            "longest_ping_seconds": max((p[1] for p in window), default=0.0),
-            "longest_ping": longest_ping(window, blocks, t0),
+            "longest_ping_seconds": lp["seconds"] if lp else 0.0,
+            "longest_ping": lp,
             "pings": len(window),
             # what other users saw: distributions over the window from the
             # submission to the cut (before it: the pages opening)
