@@ -492,6 +492,35 @@ def test_blockwise_fast_builder_equals_dask():
                 assert_same_node(v.build(local, v.key(local)), v.build_reference(local))
 
 
+@pytest.mark.parametrize("most", [1024, 1])
+def test_blocks_share_args_by_chunk_shape(most, monkeypatch):
+    """Blocks of a root layer whose only varying input is their chunk
+    shape share one args tuple per shape (at most SHARED_ARGS_MAX kept);
+    each still equals dask's block, token and pickle included."""
+    from slimgraph.ingest.compact import blockwise
+
+    monkeypatch.setattr(blockwise, "SHARED_ARGS_MAX", most)
+    a = da.ones((7, 5), chunks=2)  # chunk shapes (2, 2), (2, 1), (1, 2), (1, 1)
+    ((name, layer),) = a.__dask_graph__().layers.items()
+    v = BlockwiseLayer(name, layer)
+    built = [v.build(local, v.key(local)) for local in range(v.size)]
+    for local, node in enumerate(built):
+        ref = v.build_reference(local)
+        assert_same_node(node, ref)
+        assert node == ref and tokenize(node) == tokenize(ref)
+        assert pickle.dumps(node, protocol=5) == pickle.dumps(ref, protocol=5)
+    assert v._shared is not None and len(v._shared) == min(most, 4)
+    by_shape: dict = {}
+    for node in built:
+        (value,) = [x.value for x in node.args if isinstance(x, DataNode) and type(x.value) is tuple]
+        by_shape.setdefault(value, []).append(node.args)
+    assert {k: len(v) for k, v in by_shape.items()} == {(2, 2): 6, (2, 1): 3, (1, 2): 2, (1, 1): 1}
+    distinct = {k: len({id(x) for x in v}) for k, v in by_shape.items()}
+    # past the limit, a shape not kept gets an args tuple per block
+    assert distinct == ({(2, 2): 1, (2, 1): 1, (1, 2): 1, (1, 1): 1} if most > 1
+                        else {(2, 2): 1, (2, 1): 3, (1, 2): 2, (1, 1): 1})
+
+
 def test_nodes_made_without_constructors_equal_dasks():
     """The installed dask's Task and Alias constructors store what
     fastnodes stores (checked at import); a change is noticed."""
