@@ -335,6 +335,35 @@ def test_layers_after_keys_set_empties_are_kept_whole():
     assert graph.keys == ["a", "b", "d1", "e", "d2", "d3"]
 
 
+@pytest.mark.parametrize("names", ["keys", "other", "mixed"])
+def test_one_key_layers_named_or_not(names):
+    """The one-walk delayed path with layers named by their keys (a
+    Delayed's: the toposort's position dict is reused) and named otherwise
+    (a new dict): the same graph as dask's either way."""
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import MaterializedLayer
+
+    inc = lambda v: v + 1  # noqa: E731
+    spec = {"a": Task("a", inc, 1), "b": Task("b", inc, TaskRef("a")), "c": Task("c", sum, [TaskRef("a"), TaskRef("b")]),
+            "d": Task("d", inc, 5)}
+    deps = {"a": set(), "b": {"a"}, "c": {"a", "b"}, "d": set()}
+    rename = {"keys": {}, "other": {k: f"layer-{k}" for k in spec}, "mixed": {"b": "layer-b", "d": "layer-d"}}[names]
+    name = lambda k: rename.get(k, k)  # noqa: E731
+    hlg = HighLevelGraph({name(k): MaterializedLayer({k: v}) for k, v in spec.items()},
+                         {name(k): {name(d) for d in ds} for k, ds in deps.items()})
+    from slimgraph.ingest.compact import delayed as delayed_mod
+
+    made = []
+    real = delayed_mod.key_positions
+    with delayed_walk() as taken, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(delayed_mod, "key_positions", lambda keys: made.append(list(keys)) or real(keys))
+        graph = compare(Delayed("c", hlg, layer=name("c")))
+    assert taken and all(taken)
+    assert {"a", "b", "c"} <= set(graph.keys)
+    # the toposort's dict, and a second one only where a layer's name is not its key
+    assert len(made) == (1 if names == "keys" else 2), made
+
+
 @pytest.mark.parametrize("fuse", [True, False])
 def test_array_layers_after_keys_set_empties(fuse):
     x = da.ones((8, 8), chunks=4) + 1

@@ -47,8 +47,21 @@ _STEP = 50_000
 
 def toposort_layers(dependencies: dict) -> list | None:
     """``HighLevelGraph._toposort_layers()`` of a graph whose layer
+    dependencies are ``dependencies`` (see :func:`toposort_positions`)."""
+    found = toposort_positions(dependencies)
+    if found is None:
+        return None
+    order, position = found
+    drain([position])
+    return order
+
+
+def toposort_positions(dependencies: dict) -> tuple[list, dict] | None:
+    """``HighLevelGraph._toposort_layers()`` of a graph whose layer
     dependencies are ``dependencies``, the same list, on integers (812k
-    layers: 1.7 -> 1.1 s). None where dask's would raise (a dependency
+    layers: 1.7 -> 1.1 s), with the dict ``{layer name: its index in
+    dependencies}`` it made on the way (the caller may reuse its table,
+    see :func:`delayed_part`). None where dask's would raise (a dependency
     that is not a layer).
 
     dask's: each layer's dependents in the order the layers are listed; a
@@ -99,19 +112,21 @@ def toposort_layers(dependencies: dict) -> list | None:
     # position dict and the lists of 812k ints were one C-level cascade
     # that held the GIL (a 1.15 s block of the event loop in a client-mode
     # run under load)
-    drain([position, dependents, start, waiting])
-    return out
+    drain([dependents, start, waiting])
+    return out, position
 
 
 def delayed_part(hlg: Any, wanted: set) -> Part | None:
     """The culled graph of ``hlg`` (one-key ``Task`` layers only) as a
     :class:`Part`, or None when ``hlg`` has another shape."""
     layers = hlg.layers
-    order = toposort_layers(hlg.dependencies)
-    if order is None:
+    found = toposort_positions(hlg.dependencies)
+    if found is None:
         return None
+    order, names_at = found
     n = len(order)
     if n != len(layers) or not n:
+        drain([names_at])
         return None
     keys: list = []
     vals: list = []
@@ -119,6 +134,7 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
     vappend = vals.append
     annotated: dict = {}  # position -> its layer's annotations
     M = MaterializedLayer
+    named = True  # every layer's key is its name (a Delayed's is)
     for name in reversed(order):
         layer = layers[name]
         if type(layer) is not M:
@@ -131,6 +147,8 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
         for k, v in m.items():
             if type(v) is not Task:
                 return None
+            if named and k != name:
+                named = False
             kappend(k)
             vappend(v)
     try:
@@ -138,7 +156,19 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
             _check_key(k)
     except Unsupported:
         return None
-    index = key_positions(keys)
+    if named:
+        # the keys are the layer names: the positions are written over
+        # the toposort's in place. Why: a new dict of 812k keys faulted in
+        # a fresh ~40 MB table at its last doubling, in one call that held
+        # the GIL (0.13 s of the event loop in a client-mode run, up to
+        # 0.67 s); rewriting values never grows a table
+        index = names_at
+        for lo in range(0, n, steps.STEP):
+            hi = lo + steps.STEP
+            index.update(zip(keys[lo:hi], range(lo, hi)))
+    else:
+        drain([names_at])
+        index = key_positions(keys)
     if len(index) != n:  # a key in two layers
         return None
     locate = index.get
