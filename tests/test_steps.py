@@ -30,6 +30,9 @@ def test_conversions_equal_the_one_call_ones(n):
     assert steps.list_map(len, keys) == list(map(len, keys))
     assert steps.types_of([*keys, *ints]) == set(map(type, [*keys, *ints]))
     assert steps.distinct([k[2] for k in keys]) == {k[2] for k in keys}
+    d = {k: i for i, k in enumerate(keys)}
+    assert steps.list_of(d) == list(d) and steps.list_of(d.values()) == list(d.values())
+    assert steps.list_of(iter(keys)) == keys
 
 
 def test_int_array_overflows_like_numpy():

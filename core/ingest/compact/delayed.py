@@ -41,8 +41,9 @@ from .layers import _check_key
 from .unsupported import Unsupported
 
 
-#: layers per step of :func:`toposort_layers`
-_STEP = 50_000
+#: layers per step of :func:`toposort_positions` (and positions per step
+#: of :func:`delayed_part`): each a dict lookup or write
+_STEP = steps.RANDOM_ACCESS_STEP
 
 
 def toposort_layers(dependencies: dict) -> list | None:
@@ -69,8 +70,8 @@ def toposort_positions(dependencies: dict) -> tuple[list, dict] | None:
     dependencies; pop one, emit it, push each dependent whose last
     dependency that was. Here the dependents are one stable sort of the
     (dependency, layer) pairs, listed as dask appends them."""
-    names = list(dependencies)
-    sets = list(dependencies.values())
+    names = steps.list_of(dependencies)
+    sets = steps.list_of(dependencies.values())
     n = len(names)
     position = key_positions(names)
     get = position.__getitem__
@@ -163,8 +164,8 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
         # the GIL (0.13 s of the event loop in a client-mode run, up to
         # 0.67 s); rewriting values never grows a table
         index = names_at
-        for lo in range(0, n, steps.STEP):
-            hi = lo + steps.STEP
+        for lo in range(0, n, _STEP):
+            hi = lo + _STEP
             index.update(zip(keys[lo:hi], range(lo, hi)))
     else:
         drain([names_at])
@@ -210,6 +211,11 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
             inset[pos] = 0
             count -= 1
         kept.append(pos)
+    # the positions, emptied here in steps: dropped at the return, a dict of
+    # 812k keys and int values was one C-level cascade that held the GIL
+    # (0.28 s of the event loop in a client-mode run under load)
+    del locate
+    drain([index])
 
     # number the kept tasks, their dependencies as indices
     part = Part()
@@ -218,7 +224,9 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
     values = ValueSource()
     part.segments.append(values)
     part.keys = keys if len(kept) == n else [keys[p] for p in kept]
-    part.codes = array("q", range(len(kept)))  # segment 0, position = index
+    # segment 0, position = index (from numpy's bytes: ``array("q",
+    # range(n))`` converted 812k ints in one call, 30-50 ms in an idle process)
+    part.codes = array("q", np.arange(len(kept), dtype=np.int64).tobytes())
     values.values = vals if len(kept) == n else [vals[p] for p in kept]
     values.kinds = bytearray([NODE]) * len(kept)
     if len(kept) == n and not ext_keys:

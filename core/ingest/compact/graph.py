@@ -26,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
+from slimgraph.runtime.steps import RANDOM_ACCESS_STEP
 from slimgraph.shim.compact import (
     Alias,
     DataNode,
@@ -45,7 +46,7 @@ NODE = 4
 TEMPLATE = 5
 
 #: keys per step of :meth:`CompactGraph.positions`
-_POSITIONS_STEP = 50_000
+_POSITIONS_STEP = RANDOM_ACCESS_STEP
 
 
 @dataclass
