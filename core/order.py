@@ -195,7 +195,7 @@ def order_numbered(keys: list, deps: list, values: list, index: dict) -> list[in
 
 
 def order_graph(
-    keys: list, deps: list, data: list, dep_sets: Any, index: dict, external: int = 0
+    keys: list, deps: list, data: list, dep_sets: Any, index: dict | None, external: int = 0
 ) -> list[int] | None:
     """:func:`order_indexed` for a numbered graph of task-spec nodes whose
     data nodes (``data``) and dependency sets (``dep_sets[i]``, read on

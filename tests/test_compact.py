@@ -901,3 +901,43 @@ def test_compact_bench_script(tmp_path):
     assert sum(v["tasks"] for v in built.values()) == compact["tasks"]
     assert built["BlockSource"]["tasks"] > built["ValueSource"]["tasks"] > 0
     assert {r["path"] for r in compact["report"]} <= {"compact", "kept"}
+
+
+def test_key_positions_scan_a_few_then_make_the_dict(monkeypatch):
+    """KeyPositions answers as the dict of the keys would, for keys in the
+    graph and not, by scanning for its first few distinct keys (in steps)
+    and from its dict after that."""
+    from slimgraph.ingest.compact import graph as graph_mod
+    from slimgraph.ingest.compact.graph import KeyPositions
+
+    monkeypatch.setattr(graph_mod, "_POSITIONS_STEP", 7)  # several steps per scan
+    keys = [("x", i) for i in range(50)] + ["y", b"z", 3, 2.5, ("w", 1, "a")]
+    ref = {k: i for i, k in enumerate(keys)}
+    pos = KeyPositions(keys)
+    asked = [("x", 49), "nope", ("x", 0), ("x", 49), 3, ("x", 13)]
+    for n, k in enumerate(asked):
+        assert pos.get(k) == ref.get(k) and (k in pos) == (k in ref)
+        if k in ref:
+            assert pos[k] == ref[k]
+        else:
+            with pytest.raises(KeyError):
+                pos[k]
+        distinct = len(set(asked[: n + 1]))
+        assert pos.made() == ([] if distinct <= KeyPositions.FEW_LOOKUPS else [ref]), (n, k)
+    assert len(pos) == len(keys)
+    # equal keys of another type find the same entry, as in a dict
+    assert pos.get(("x", 3.0)) == ref[("x", 3)] and pos.get(2.5) == ref[2.5]
+
+
+def test_one_requested_key_makes_no_positions_dict():
+    """An array reduced to one key: its index answers the submission's
+    questions without a dict of all its keys."""
+    from slimgraph.ingest.index import index_compact
+
+    header, frames, keys = submission(workloads.array(2000))
+    graph = materialize(deserialize(header, frames), keys, False)
+    index = index_compact(graph, keys)
+    assert len(index.reached) == len(graph.keys) and not index.outside
+    assert index.pos.made() == []
+    (k,) = keys
+    assert index.pos[k] == graph.keys.index(k) and index.pos.made() == []

@@ -54,7 +54,7 @@ class GraphIndex:
         """Its big containers, which nothing outlives it (see slimgraph.runtime.disposal).
         Not a compact graph's keys and dependencies: its task states keep them."""
         if self.graph is not None:
-            return [self.pos, self.reached, *([] if self.rows is None else [self.rows])]
+            return [*self.pos.made(), self.reached, *([] if self.rows is None else [self.rows])]
         return [self.dsk, self.keys, self.pos, self.deps, self.external, self.reached]
 
     def node(self, i: int) -> Any:
@@ -129,9 +129,7 @@ def index_compact(graph: Any, wanted: Any) -> GraphIndex:
     wanted = set(wanted)
     keys = graph.keys
     _check_key_types(keys)
-    pos = graph.positions()
-    if len(pos) != len(keys):  # pragma: no cover - the graph's keys are unique
-        raise InvalidKeyError("duplicate keys")
+    pos = graph.positions()  # (a KeyPositions: the graph's keys are unique)
     external = graph.external
     rows = graph.deps.tuples()
     reached, outside, outside_at = _reach(wanted, pos.get, rows, external, graph.dependencies)
@@ -305,18 +303,18 @@ def _compact_order(index: GraphIndex) -> list | dict:
     deps: list = list(rows) if graph.external else rows  # (copied to add the outside keys' rows)
     data = graph.data_indices()
     dep_sets: Any = graph.dependency_sets()
-    pos = index.pos
     external = graph.external
     n_ext = 0
+    index_of: Any = None  # (the ordering makes its own where it needs one)
     if external:
         keys = list(keys)
-        pos = dict(pos)
+        outside: dict = {}  # outside key -> its number after the graph's
         for i in sorted(external):
             row = []
             for k in external[i]:
-                j = pos.get(k)
-                if j is None:
-                    j = pos[k] = len(keys)
+                j = outside.get(k)
+                if j is None:  # (not a key of the graph: that is what external holds)
+                    j = outside[k] = len(keys)
                     keys.append(k)
                 row.append(j)
             deps[i] = deps[i] + tuple(row)
@@ -324,7 +322,7 @@ def _compact_order(index: GraphIndex) -> list | dict:
         deps.extend([()] * n_ext)
         data.extend(range(n, len(keys)))
         dep_sets = _WithOutside(dep_sets, n)
-    prio = order_graph(keys, deps, data, dep_sets, pos, n_ext)
+    prio = order_graph(keys, deps, data, dep_sets, index_of, n_ext)
     if prio is None:  # keys whose str() may coincide: dask's own ordering
         return order(graph.to_dict())
     return prio

@@ -85,6 +85,80 @@ def add_report(report: list, name: str, type_: str, path: str, tasks: int, reaso
     report.append(LayerReport(name, type_, path, tasks, reason))
 
 
+class KeyPositions:
+    """``{key: its index in keys}`` of a compact graph's keys, made as a
+    dict only when it is asked about more than a few keys.
+
+    Why. A submission asks it about its requested keys (and the
+    dependencies of tasks with outside keys): for ``x.sum().compute()``
+    one key, three times. The dict of a 1M array's 994k keys took ~0.28 s of
+    the build thread, and its last doubling, one call that faults in a fresh
+    ~40 MB table, was a 0.19 s block of the event loop in an engine-mode
+    run.
+
+    What. The first :data:`FEW_LOOKUPS` distinct keys asked are found by
+    scanning the keys, a step at a time (``list.index`` over slices: ``==``
+    comparisons in C; for the key types dask accepts, keys that compare
+    equal hash alike, so the answer is the dict's), and remembered; from
+    the next one on, the dict is made (:func:`key_positions`) and answers.
+    The keys are unique (a compact graph's are)."""
+
+    __slots__ = ("keys", "_dict", "_answers")
+
+    #: distinct keys answered by scanning before the dict is made
+    FEW_LOOKUPS = 4
+
+    def __init__(self, keys: list):
+        self.keys = keys
+        self._dict: dict | None = None
+        self._answers: dict = {}
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        d = self._dict
+        if d is None:
+            answers = self._answers
+            if key in answers:
+                i = answers[key]
+                return default if i is None else i
+            if len(answers) < self.FEW_LOOKUPS:
+                i = answers[key] = self._scan(key)
+                return default if i is None else i
+            d = self.as_dict()
+        return d.get(key, default)
+
+    def _scan(self, key: Any) -> int | None:
+        keys = self.keys
+        for lo in range(0, len(keys), _POSITIONS_STEP):
+            try:
+                return keys.index(key, lo, lo + _POSITIONS_STEP)
+            except ValueError:
+                pass
+        return None
+
+    def __getitem__(self, key: Any) -> int:
+        i = self.get(key)
+        if i is None:
+            raise KeyError(key)
+        return i
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key) is not None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def as_dict(self) -> dict:
+        """The dict (made now if it was not)."""
+        d = self._dict
+        if d is None:
+            d = self._dict = key_positions(self.keys)
+        return d
+
+    def made(self) -> list:
+        """The dict, if it was made (for :func:`slimgraph.runtime.disposal.drain`)."""
+        return [] if self._dict is None else [self._dict]
+
+
 def key_positions(keys: list) -> dict:
     """``{key: its index in keys}``, made in steps: one ``dict(zip(...))``
     of a million keys is one C call that holds the GIL for 0.3 s, a block
@@ -548,9 +622,9 @@ class CompactGraph:
         access (for an ordering that reads a few of them)."""
         return DependencySets(self)
 
-    def positions(self) -> dict:
+    def positions(self) -> KeyPositions:
         """key -> index (a temporary for the engine; not kept here)."""
-        return key_positions(self.keys)
+        return KeyPositions(self.keys)
 
     def to_dict(self) -> dict:
         """``{key: run_spec}``: stock's materialized dict, built (tests)."""
