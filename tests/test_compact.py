@@ -356,7 +356,12 @@ def test_one_key_layers_named_or_not(names):
     made = []
     real = delayed_mod.key_positions
     with delayed_walk() as taken, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(delayed_mod, "key_positions", lambda keys: made.append(list(keys)) or real(keys))
+        def spy(keys, into=None):
+            if into is None:  # a new dict (not positions written over one)
+                made.append(list(keys))
+            return real(keys, into=into)
+
+        mp.setattr(delayed_mod, "key_positions", spy)
         graph = compare(Delayed("c", hlg, layer=name("c")))
     assert taken and all(taken)
     assert {"a", "b", "c"} <= set(graph.keys)

@@ -305,7 +305,6 @@ def _compact_order(index: GraphIndex) -> list | dict:
     dep_sets: Any = graph.dependency_sets()
     external = graph.external
     n_ext = 0
-    index_of: Any = None  # (the ordering makes its own where it needs one)
     if external:
         keys = list(keys)
         outside: dict = {}  # outside key -> its number after the graph's
@@ -322,7 +321,8 @@ def _compact_order(index: GraphIndex) -> list | dict:
         deps.extend([()] * n_ext)
         data.extend(range(n, len(keys)))
         dep_sets = _WithOutside(dep_sets, n)
-    prio = order_graph(keys, deps, data, dep_sets, index_of, n_ext)
+    # (no key -> index dict: the ordering makes its own where it needs one)
+    prio = order_graph(keys, deps, data, dep_sets, None, n_ext)
     if prio is None:  # keys whose str() may coincide: dask's own ordering
         return order(graph.to_dict())
     return prio

@@ -495,7 +495,10 @@ class BlockwiseLayer:
         """:meth:`build` for :meth:`_shares_args` layers: the args tuple
         looked up by the block's chunk shapes (a new one kept while fewer
         than :data:`SHARED_ARGS_MAX` are)."""
-        if len(steps) == 1:  # (the common case, written out)
+        # values, the lookup key: the block's chunk shape per step; for one
+        # step (the common case, written out) that shape itself
+        one = len(steps) == 1
+        if one:
             ((_a, _w, pick, chunks),) = steps
             values = tuple(map(getitem, chunks, coords if pick is None else tuple(map((coords + self._dummies).__getitem__, pick))))
         else:
@@ -507,7 +510,7 @@ class BlockwiseLayer:
         tmpl = self.template
         if args is None:
             made = list(tmpl.args)
-            for (a, where, _p, _c), value in zip(steps, (values,) if len(steps) == 1 else values):
+            for (a, where, _p, _c), value in zip(steps, (values,) if one else values):
                 made[where] = DataNode(a.token, value)
             args = tuple(made)
             if len(shared) < SHARED_ARGS_MAX:

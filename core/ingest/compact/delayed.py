@@ -41,8 +41,7 @@ from .layers import _check_key
 from .unsupported import Unsupported
 
 
-#: layers per step of :func:`toposort_positions` (and positions per step
-#: of :func:`delayed_part`): each a dict lookup or write
+#: layers per step of :func:`toposort_positions`: each a dict lookup
 _STEP = steps.RANDOM_ACCESS_STEP
 
 
@@ -120,14 +119,24 @@ def toposort_positions(dependencies: dict) -> tuple[list, dict] | None:
 def delayed_part(hlg: Any, wanted: set) -> Part | None:
     """The culled graph of ``hlg`` (one-key ``Task`` layers only) as a
     :class:`Part`, or None when ``hlg`` has another shape."""
-    layers = hlg.layers
     found = toposort_positions(hlg.dependencies)
     if found is None:
         return None
     order, names_at = found
+    try:
+        return _walk(hlg, wanted, order, names_at)
+    finally:
+        # (emptied in steps whichever way the walk ended: dropped at once,
+        # a dict of 812k entries is one C-level cascade that holds the GIL)
+        drain([names_at])
+
+
+def _walk(hlg: Any, wanted: set, order: list, names_at: dict) -> Part | None:
+    """:func:`delayed_part` once the layers are in order; ``names_at`` is
+    the toposort's ``{layer name: index}``, which it may write over."""
+    layers = hlg.layers
     n = len(order)
     if n != len(layers) or not n:
-        drain([names_at])
         return None
     keys: list = []
     vals: list = []
@@ -163,10 +172,7 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
         # a fresh ~40 MB table at its last doubling, in one call that held
         # the GIL (0.13 s of the event loop in a client-mode run, up to
         # 0.67 s); rewriting values never grows a table
-        index = names_at
-        for lo in range(0, n, _STEP):
-            hi = lo + _STEP
-            index.update(zip(keys[lo:hi], range(lo, hi)))
+        index = key_positions(keys, into=names_at)
     else:
         drain([names_at])
         index = key_positions(keys)

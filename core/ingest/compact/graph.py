@@ -45,7 +45,7 @@ NODE = 4
 #: a legacy task kept as ``(Skeleton, key, ...)`` (see legacy.Skeleton)
 TEMPLATE = 5
 
-#: keys per step of :meth:`CompactGraph.positions`
+#: keys per step of :func:`key_positions` and of a :class:`KeyPositions` scan
 _POSITIONS_STEP = RANDOM_ACCESS_STEP
 
 
@@ -159,12 +159,13 @@ class KeyPositions:
         return [] if self._dict is None else [self._dict]
 
 
-def key_positions(keys: list) -> dict:
+def key_positions(keys: list, into: dict | None = None) -> dict:
     """``{key: its index in keys}``, made in steps: one ``dict(zip(...))``
     of a million keys is one C call that holds the GIL for 0.3 s, a block
     of the event loop although it runs in the build thread; between steps
-    the interpreter can switch."""
-    out: dict = {}
+    the interpreter can switch. ``into``: a dict to write the positions in
+    (and return); where it holds every key already, no table grows."""
+    out: dict = {} if into is None else into
     update = out.update
     for lo in range(0, len(keys), _POSITIONS_STEP):
         hi = lo + _POSITIONS_STEP
