@@ -791,11 +791,26 @@ class App:
         push_notebook(self.layout)
 
     def tick(self) -> None:
+        """One refresh: draw what is new since the last one.
+
+        Why in Panel's ``unlocked``: a page has two queues of messages to
+        its browser, Bokeh's (changes to Bokeh models made in a callback:
+        the charts' streams) and Panel's (changes Panel makes, written at
+        once or, while the socket is busy, queued for later). The chart tabs
+        reach a page through Panel's (``_plot_cards_in_steps``); when that
+        message was queued behind a busy socket, the next refresh's streams
+        went out first through Bokeh's and named models the browser had not
+        been sent yet: ~10 BokehJS "reference pNNNN isn't known" errors and
+        charts that stayed empty (1 in ~8 pages submitted to at once; the
+        websocket's frames showed the stream messages written before the
+        older message that defined their models). Inside ``unlocked`` every
+        change goes through Panel's queue, behind whatever it still holds."""
         try:
             if self.notebook:
                 self._notebook_apply(self._render)
             elif self._page_open():
-                self._render()
+                with pn.io.unlocked():
+                    self._render()
         except Exception:  # noqa: BLE001
             logger.exception("dashboard tick")
 

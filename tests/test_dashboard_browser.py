@@ -341,6 +341,57 @@ def test_a_closed_pages_session_stops_drawing(web, scheduler_proc, monkeypatch):
     assert_clean(watch)
 
 
+def test_charts_reaching_a_busy_page_are_drawn_in_order(web, scheduler_proc, monkeypatch):
+    """The chart tabs reach a page a moment after it opens; if its socket is
+    busy then, Panel queues that message, and the refreshes that fall due
+    meanwhile stream into those charts. Their messages must not overtake the
+    one that sends the charts: the browser would not know the models they
+    name ("reference pNNNN isn't known") and the charts would stay empty
+    (seen when a job was submitted in a page's first seconds). Here the
+    socket is held busy for 1.5 s (three refreshes) as the tabs go out."""
+    import panel as pn
+    from tornado.ioloop import IOLoop
+
+    from slimgraph.dashboard import app as appmod, clusters
+    from slimgraph.dashboard.poller import reset_poller
+
+    page, watch = web
+    monkeypatch.setenv(clusters.ENV_ADDRESS, scheduler_proc[0])
+    reset_poller()
+    clusters.reset_manager()
+    real_tabs = pn.Tabs
+    held = []
+
+    def tabs_behind_a_busy_socket(*args, **kwargs):
+        tabs = real_tabs(*args, **kwargs)
+        session = pn.state.curdoc.session_context._session
+        loop = IOLoop.current()
+        for conn in session._subscribed_connections:  # (none while a page is built)
+            lock = conn._socket.write_lock
+            lock.acquire().add_done_callback(lambda _, lock=lock: loop.call_later(1.5, lock.release))
+            held.append(lock)
+        return tabs
+
+    monkeypatch.setattr(pn, "Tabs", tabs_behind_a_busy_socket)
+    port = free_port()
+    server = pn.serve({"dashboard": lambda: appmod.App().start().layout}, port=port, address="127.0.0.1",
+                      show=False, threaded=True, websocket_origin=[f"127.0.0.1:{port}"])  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/dashboard"
+        wait_http(url)
+        page.goto(url)
+        page.get_by_role("button", name="Submit").wait_for()
+        wait_model(page, "sg-rss-stock")
+        assert held, "the tabs were not sent while the page was connected"
+        n = wait_rows(page, "sg-rss-stock", "time", 0, timeout=30)
+        wait_rows(page, "sg-rss-stock", "time", n + 2, timeout=30)  # (refreshes still arrive)
+    finally:
+        server.stop()
+        reset_poller()
+        clusters.reset_manager()
+    assert_clean(watch)
+
+
 def test_panel_serve_reads_existing_scheduler(web, scheduler_proc, client, tmp_mod):
     page, watch = web
     address, _ = scheduler_proc
