@@ -72,9 +72,9 @@ def layout(plugin) -> dict:
     """What a GraphLayout plugin has laid out (comparable across schedulers;
     its state updates grow as workers compute, so they are left out)."""
     return {
-        "x": dict(plugin.x),
-        "y": dict(plugin.y),
-        "index": dict(plugin.index),
+        "x": list(plugin.x.items()),  # (in order: the page draws them so)
+        "y": list(plugin.y.items()),
+        "index": list(plugin.index.items()),
         "new": list(plugin.new),
         "new_edges": list(plugin.new_edges),
     }

@@ -232,6 +232,103 @@ def test_listening_plugins_are_staged_and_told_everything_in_order(workload, n_w
     run(body())
 
 
+
+@pytest.mark.parametrize("kind", ["tuple", "str"])
+def test_dict_room_says_when_a_dict_grows(kind):
+    """The room a dict has left, read from its table's size, is exact for a
+    dict filled one key at a time (tuple keys, and str keys: two kinds of
+    table), and growing it ahead keeps its keys, values, order and kind of
+    table."""
+    import sys
+
+    from slimgraph.ingest.deliveries import dict_room, grow_ahead
+
+    make = (lambda i: ("t", i)) if kind == "tuple" else (lambda i: f"t-{i}")
+    d: dict = {}
+    grew = 0
+    for i in range(30_000):
+        before, room = sys.getsizeof(d), dict_room(d)
+        d[make(i)] = i
+        if i:  # (an empty dict shares one table of no size)
+            assert (sys.getsizeof(d) != before) == (room == 0), (i, room)
+            grew += room == 0
+    assert grew >= 8
+    big = {make(i): i for i in range(100_000)}
+    twin = {make(i): i for i in range(100_000)}
+    room = dict_room(big)
+    assert 0 < room < 1_000_000
+    assert grow_ahead(big, room + 10)
+    assert dict_room(big) >= room + 10 and not grow_ahead(big, room + 10)
+    assert list(big.items()) == list(twin.items())
+    for i in range(100_000, 100_000 + room + 5):  # (the room it now has)
+        size = sys.getsizeof(big)
+        big[make(i)] = twin[make(i)] = i
+        assert sys.getsizeof(big) == size
+    # a str-keyed table stays one (no bigger than the same dict grown by its keys)
+    assert sys.getsizeof(big) == sys.getsizeof(twin) and list(big.items()) == list(twin.items())
+
+
+def test_the_graph_layout_grows_between_its_slices(monkeypatch):
+    """dask's Graph page's layout, delivered in slices: each of its dicts
+    that a slice would make grow grows in a turn of its own before it, and
+    the layout is the one a single call makes, in the same order."""
+    import sys
+
+    from distributed.diagnostics.graph_layout import GraphLayout
+
+    from slimgraph.ingest import deliveries
+
+    monkeypatch.setattr(deliveries, "LAYOUT_SLICE", 200)
+    monkeypatch.setattr(deliveries, "GROW_AHEAD", 1_600)
+    monkeypatch.setattr(deliveries, "GROW_AHEAD_MIN", 1_000)
+
+    async def body():
+        from distributed import Client, Scheduler
+
+        async with Scheduler(dashboard_address=None, dashboard=False, host="127.0.0.1") as s:
+            async with Client(s.address, asynchronous=True) as c:
+                x = da.ones((160, 160), chunks=4).map_overlap(lambda b: b + 1, depth=1).sum(axis=0)
+                fut = c.compute(x)  # (no worker: the tasks stay)
+                while len(s.tasks) < 10_000:
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(0.2)
+                one = GraphLayout(s)  # (lays out what the scheduler holds in one call)
+                sliced = GraphLayout.__new__(GraphLayout)
+                tasks = s.tasks
+                s.tasks = {}
+                GraphLayout.__init__(sliced, s)  # (empty)
+                s.tasks = tasks
+                kwargs = {"tasks": list(tasks), "priority": {k: ts.priority for k, ts in tasks.items()},
+                          "dependencies": {k: [d.key for d in ts.dependencies] for k, ts in tasks.items()}}
+                sizes = lambda: {n: sys.getsizeof(getattr(sliced, n)) for n in deliveries.LAYOUT_DICTS}
+                lens = lambda: {n: len(getattr(sliced, n)) for n in deliveries.LAYOUT_DICTS}
+                call = sliced.update_graph
+                grown_in_a_slice = []
+
+                def update_graph(*args, **kw):
+                    before, n = sizes(), lens()
+                    call(*args, **kw)
+                    after = sizes()
+                    grown_in_a_slice.extend(k for k in before if after[k] != before[k] and n[k] >= 1_000)
+
+                sliced.update_graph = update_graph
+                turns = grows = 0
+                size = sizes()
+                for _ in deliveries.update_graph_hooks(s, [sliced], kwargs):
+                    now = sizes()
+                    turns += 1
+                    grows += now != size and lens() == {n: len(getattr(sliced, n)) for n in now}
+                    size = now
+                assert grown_in_a_slice == []
+                assert turns > 50 and grows >= 5
+                for name in ("x", "y", "index", "collision", "index_edge"):
+                    assert list(getattr(sliced, name).items()) == list(getattr(one, name).items()), name
+                assert sliced.new == one.new and sliced.new_edges == one.new_edges
+                fut.cancel()
+
+    run(body())
+
+
 class Calls(SchedulerPlugin):
     """A plugin that does little per call: it notes each one."""
 

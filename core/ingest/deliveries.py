@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections import deque
 from typing import Any, Iterator
@@ -294,15 +295,106 @@ def _layout_in_slices(state: Any, plugin: Any, kwargs: dict, stack: list) -> Ite
     starts from, the slice it would pop first first. Each slice is already
     in stack order (its own sort keeps it), and the call lays out a task's
     dependencies before the task whatever slice they are in, so the slices
-    lay out exactly what the one call does, in the same order."""
+    lay out exactly what the one call does, in the same order. A layout
+    dict that a slice would make grow grows first, in a turn of its own
+    (:func:`grow_ahead`)."""
+    tasks = state.tasks
     for end in range(len(stack), 0, -LAYOUT_SLICE):
         part = dict(kwargs)
         part["tasks"] = stack[max(0, end - LAYOUT_SLICE) : end]
+        for name in LAYOUT_DICTS:
+            d = getattr(plugin, name, None)
+            if type(d) is not dict or len(d) < GROW_AHEAD_MIN:
+                continue
+            need = GROW_AHEAD
+            if name == "index_edge":  # (an entry per dependency)
+                need += 2 * sum(len(ts.dependencies) for ts in map(tasks.get, part["tasks"]) if ts is not None)
+            if grow_ahead(d, need):
+                yield
         try:
             plugin.update_graph(state, **part)
         except Exception as e:
             logger.exception(e)
         yield
+
+
+#: The layout's dicts that gain an entry per task laid out (or per edge).
+LAYOUT_DICTS = ("x", "y", "index", "collision", "index_edge")
+#: Room a layout dict must have before a slice: what a slice may add (its
+#: tasks, the dependencies laid out with them, an edge per dependency).
+GROW_AHEAD = 8 * LAYOUT_SLICE
+#: Smaller dicts grow where they are: their new table is quick to make.
+GROW_AHEAD_MIN = 65_536
+
+
+def grow_ahead(d: dict, need: int) -> bool:
+    """Make ``d`` grow now if fewer than ``need`` entries would make it
+    grow; returns whether it grew (the caller then ends its turn).
+
+    Why. The layout's dicts gain an entry for each task laid out, together,
+    so the slice whose tasks filled their tables grew them all in one call:
+    each a new table of ~40 MB at a million tasks (a new hash table is made
+    and every entry moved into it, its pages touched for the first time),
+    together 0.34 s on the loop in a 1M-task array run with dask's Graph
+    page open (``bench --mode client --dashboard-pages browser``; the
+    longest ping). Here each grows in a turn of its own: placeholder keys
+    are added until the dict has grown, then removed. The dict holds what
+    it held, in the same order; only its table is bigger earlier, by the
+    ``need`` entries it would have reached within a slice anyway."""
+    if len(d) < GROW_AHEAD_MIN:
+        return False
+    room = dict_room(d)
+    if room is None or room >= need:
+        return False
+    size = sys.getsizeof(d)
+    added = []
+    # (str placeholders: a str-keyed dict's compact table stays str-keyed)
+    for i in range(room + 1):
+        k = f"\0slimgraph-placeholder-{i}"
+        d[k] = None
+        added.append(k)
+        if sys.getsizeof(d) != size:
+            break
+    for k in added:
+        del d[k]
+    return sys.getsizeof(d) != size
+
+
+def _dict_bytes(log2: int, entry: int) -> int:
+    """CPython 3.11's size of a dict that owns a table of ``2**log2`` slots
+    (entries of ``entry`` bytes), less the dict's own fixed part."""
+    n = 1 << log2
+    index = 1 if log2 < 8 else 2 if log2 < 16 else 4 if log2 < 32 else 8
+    return n * index + (2 * n // 3) * entry
+
+
+def _dict_fixed() -> int | None:
+    """The fixed part of a dict's ``sys.getsizeof`` on this interpreter, or
+    None where the table sizes above do not describe its dicts."""
+    probe = {i: i for i in range(6)}  # (a table of 16 slots, 24-byte entries)
+    words = {str(i): i for i in range(6)}  # (16 slots, 16-byte entries)
+    fixed = sys.getsizeof(probe) - _dict_bytes(4, 24)
+    if sys.getsizeof(words) - _dict_bytes(4, 16) != fixed:
+        return None
+    return fixed
+
+
+_FIXED = _dict_fixed()
+#: a dict's table size (its ``sys.getsizeof`` less the fixed part) -> the
+#: entries it holds before it grows
+_CAPACITY = {} if _FIXED is None else {
+    _dict_bytes(log2, entry): 2 * (1 << log2) // 3 for log2 in range(3, 40) for entry in (16, 24)
+}
+
+
+def dict_room(d: dict) -> int | None:
+    """How many more entries ``d`` takes before it grows (an upper bound: a
+    removed entry keeps its place until the table is made anew), from the
+    size of its table; None if that size is not one of CPython 3.11's."""
+    if _FIXED is None:
+        return None
+    capacity = _CAPACITY.get(sys.getsizeof(d) - _FIXED)
+    return None if capacity is None else capacity - len(d)
 
 
 def transition_calls(calls: Iterator[tuple], pairs: dict, sid: str, plugins: dict) -> Iterator[None]:
