@@ -298,16 +298,16 @@ def _layout_in_slices(state: Any, plugin: Any, kwargs: dict, stack: list) -> Ite
     lay out exactly what the one call does, in the same order. A layout
     dict that a slice would make grow grows first, in a turn of its own
     (:func:`grow_ahead`)."""
-    tasks = state.tasks
     for end in range(len(stack), 0, -LAYOUT_SLICE):
         part = dict(kwargs)
         part["tasks"] = stack[max(0, end - LAYOUT_SLICE) : end]
         for name in LAYOUT_DICTS:
             d = getattr(plugin, name, None)
-            if type(d) is not dict or len(d) < GROW_AHEAD_MIN:
+            if type(d) is not dict or len(d) < GROW_AHEAD_MIN:  # (small: grows where it is, quickly)
                 continue
             need = GROW_AHEAD
             if name == "index_edge":  # (an entry per dependency)
+                tasks = state.tasks
                 need += 2 * sum(len(ts.dependencies) for ts in map(tasks.get, part["tasks"]) if ts is not None)
             if grow_ahead(d, need):
                 yield
@@ -323,7 +323,7 @@ LAYOUT_DICTS = ("x", "y", "index", "collision", "index_edge")
 #: Room a layout dict must have before a slice: what a slice may add (its
 #: tasks, the dependencies laid out with them, an edge per dependency).
 GROW_AHEAD = 8 * LAYOUT_SLICE
-#: Smaller dicts grow where they are: their new table is quick to make.
+#: Smaller layout dicts grow where they are: their new table is quick to make.
 GROW_AHEAD_MIN = 65_536
 
 
@@ -341,8 +341,6 @@ def grow_ahead(d: dict, need: int) -> bool:
     are added until the dict has grown, then removed. The dict holds what
     it held, in the same order; only its table is bigger earlier, by the
     ``need`` entries it would have reached within a slice anyway."""
-    if len(d) < GROW_AHEAD_MIN:
-        return False
     room = dict_room(d)
     if room is None or room >= need:
         return False
