@@ -526,6 +526,78 @@ def test_blockwise_fast_builder_equals_dask():
                 assert_same_node(v.build(local, v.key(local)), v.build_reference(local))
 
 
+def test_blockwise_cull_dependencies_in_bulk_equal_block_by_block():
+    """A Blockwise layer's dependencies for the cull, read for all blocks at
+    once (coordinate arithmetic on the block grid), are the blocks' own,
+    read one by one: broadcast inputs (a dimension of one chunk), a
+    transposed input, three dimensions and a 0-d array included."""
+    from slimgraph.ingest.compact.layers import GraphLayers
+
+    arrays = [
+        (x24 + 1) * r24 - x24.T,
+        x24 + da.ones((1, 24), chunks=(1, 4)),
+        da.ones((24, 1), chunks=(3, 1)) + x24,
+        da.ones((7, 5, 3), chunks=2) + da.ones((7, 5, 3), chunks=2).transpose((0, 1, 2)) * 2,
+        da.ones((), chunks=()) + 1,
+    ]
+    bulk_seen = 0
+    for a in arrays:
+        gl = GraphLayers(a.__dask_graph__())  # (not optimized: every layer Blockwise)
+        for v in gl.views.values():
+            bulk = v.all_cull_dependencies()
+            if bulk is None:
+                continue
+            bulk_seen += 1
+            one: list = []
+            ext: list = []
+            for local in range(v.size):
+                v.cull_dependencies(local, gl.locate, one, ext)
+            assert not ext
+            assert sorted(bulk.tolist()) == sorted(one), v.name
+    assert bulk_seen >= 5
+
+
+@pytest.mark.parametrize("name", ["sum-axis0", "mean-std", "max-split", "from-array-sum", "argmax", "bench"])
+def test_reduction_values_read_directly_equal_the_walk(name, monkeypatch):
+    """A reduction's legacy ``(func, [key, ...])`` read without the general
+    walk (``ValueDeps._keys_list``) records what the walk records: kinds,
+    dependency order, skeletons (and the cull's result, for the bench's
+    array)."""
+    from dask.core import flatten
+
+    from slimgraph.ingest.compact.cull import ValueDeps, cull_locations, read_all
+    from slimgraph.ingest.compact.delayed import toposort_layers
+    from slimgraph.ingest.compact.layers import GraphLayers
+    from slimgraph.ingest.compact.legacy import LegacyReader
+
+    a = workloads.array(6000) if name == "bench" else ARRAYS[name]()
+    hlg = a.__dask_graph__()
+    wanted = set(flatten(a.__dask_keys__()))
+    direct = ValueDeps._keys_list
+    taken = []
+
+    def spy(self, *args):
+        r = direct(self, *args)
+        taken.append(r)
+        return r
+
+    def read(fast: bool) -> tuple:
+        monkeypatch.setattr(ValueDeps, "_keys_list", spy if fast else (lambda self, *args: False))
+        gl = GraphLayers(hlg)
+        reader = LegacyReader(gl.locate, gl.index)
+        if name == "bench":  # the bench's array culls on locations
+            sel, st = cull_locations(gl, toposort_layers(hlg.dependencies), wanted, reader)
+        else:  # every value, read as by a cull dask made
+            sel = [(u, gl.unit_locals(u)) for u in range(len(gl))]
+            st = read_all(gl, sel, reader)
+        skels = [(sk.head, sk.shape) for sk in st.skeletons]
+        return sel, bytes(st.kinds), *map(list, (st.off, st.items, st.skel, st.tstart, st.titems)), skels, st.ext_keys
+
+    assert read(True) == read(False)
+    # (a reduction over both axes nests its lists: read by the walk)
+    assert any(taken) == (name in ("sum-axis0", "mean-std", "argmax", "bench"))
+
+
 @pytest.mark.parametrize("most", [1024, 1])
 def test_blocks_share_args_by_chunk_shape(most, monkeypatch):
     """Blocks of a root layer whose only varying input is their chunk
@@ -786,6 +858,44 @@ def test_decode_reads_frame_by_frame_in_python():
     theirs, _ = _materialize_graph(expr=deserialize(header, frames), validate=False)
     assert list(ours) == list(theirs)
     assert all(type(ours[k]) is type(v) and ours[k] == v for k, v in theirs.items())
+
+
+def test_a_clients_submission_is_decoded_frame_by_frame(monkeypatch):
+    """What a scheduler receives from a real Client over a real comm (the
+    wire encoding adds ``num-sub-frames`` to the header) goes through the
+    frame-by-frame unpickler, not distributed's one C call; the graph it
+    builds is the one submitted."""
+    import asyncio
+
+    from distributed import Client
+
+    from slimgraph.distributed import SlimScheduler
+
+    reads: list = []
+    read = decode._FrameReader.read
+
+    def counted(self, n=-1):
+        reads.append(n)
+        return read(self, n)
+
+    monkeypatch.setattr(decode._FrameReader, "read", counted)
+    x = workloads.delayed(20_000)
+
+    async def body() -> int:
+        async with SlimScheduler(dashboard_address=None, dashboard=False, host="127.0.0.1") as s:
+            async with Client(s.address, asynchronous=True) as c:
+                fut = c.compute(x)
+                for _ in range(600):
+                    if s.tasks:
+                        break
+                    await asyncio.sleep(0.05)
+                n = len(s.tasks)
+                await c.cancel(fut)
+                return n
+
+    n = asyncio.run(body())
+    assert n > 10_000
+    assert len(reads) >= 16  # one per ~64 KiB frame of a ~1 MB pickle
 
 
 # ---------------------------------------------------------------------------

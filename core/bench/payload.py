@@ -46,9 +46,18 @@ async def _capture(collection: Any) -> dict:
             (msg,), futures = intercept(c, lambda c: c.compute(collection))
             del futures
     out = arguments(msg)
-    ser = out["expr_ser"]
+    ser = on_arrival(out["expr_ser"])
     out["expr_ser"] = {"header": ser.header, "frames": [bytes(f) for f in ser.frames]}
     return out
+
+
+def on_arrival(ser: Any) -> Any:
+    """The serialized graph as a scheduler receives it: through
+    distributed's wire encoding and back, not deserialized (its header
+    gains the entries the encoding adds, e.g. ``num-sub-frames``)."""
+    from distributed.protocol import dumps, loads
+
+    return loads(dumps({"expr_ser": ser}), deserialize=False)["expr_ser"]
 
 
 def capture(collection: Any) -> dict:

@@ -174,6 +174,9 @@ class Build:
     #: moves to (None: unchanged)
     generation: Any = None
     moved_generation: tuple | None = None
+    #: the priority head every task of the graph was given, if they all got
+    #: the same one (None otherwise; set by the priorities phase)
+    one_head: Any = None
     #: touched tasks the scheduler already had (0: a brand-new graph), and
     #: how many of them are keys of the submitted graph (not only needed
     #: from outside it)
@@ -759,12 +762,15 @@ def _priorities(state: Any, b: Build) -> None:
     else:
         prio_of = prios
     default_head = _prio_head(-(0 if up_dict is not None else up), gen)
+    one_head = True
     for i in sub.index.reached:
         ts = by_index[i]
         if ts._prio_head is not None:
+            one_head = False
             continue
         p = prio_of[i]
         if p is None:
+            one_head = False
             continue
         ann = stored_annotations(ts)
         if up_dict is None and not ann:
@@ -774,8 +780,12 @@ def _priorities(state: Any, b: Build) -> None:
             if ann:
                 task_user = ann.get("priority", task_user)
             head = _prio_head(-task_user, gen)
+            if head is not default_head:
+                one_head = False
         if b.existing and not b.is_new(ts):
             b.priorities.append((ts, head, p))
+            one_head = False
         else:
             ts._prio_head = head
             ts._prio_order = p
+    b.one_head = default_head if one_head else None

@@ -144,6 +144,9 @@ def _check_key_types(keys: list) -> None:
     for k in keys:
         t = type(k)
         if t is tuple:
+            # (an array's keys, ``(name, i, j)``, checked without a call)
+            if len(k) == 3 and type(k[0]) is str and type(k[1]) is int and type(k[2]) is int:
+                continue
             if not (type(k[0]) is str and _all_ints(k)) and not validate_key_type(k):
                 bad = k
                 break

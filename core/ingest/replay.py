@@ -60,8 +60,8 @@ from slimgraph.ingest.build import Build
 from slimgraph.ingest.compact.graph import SHIFT
 from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.containers import Edges, freeze
-from slimgraph.model.queue import staged_run
-from slimgraph.model.taskstate import NO_RARE, sorted_by_priority
+from slimgraph.model.queue import SharedSeq, staged_run
+from slimgraph.model.taskstate import NO_RARE, sorted_by_orders, sorted_by_priority
 from slimgraph.runtime import disposal
 
 #: Extra transition-log entries kept in a plan's tail: a root-ish task sent
@@ -106,6 +106,10 @@ class Plan:
     #: ``seq_base`` (reserved in the scheduler's queue before the replay)
     queued_sorted: list = field(default_factory=list)
     queued_members: set = field(default_factory=set)
+    #: (compact replay) the queued tasks' priority orders, in visit order,
+    #: and the one queue number they were given
+    queued_orders: list | None = None
+    shared_seq: Any = None
     seq_base: int = 0
     seq_span: int = 0
     #: ready tasks that are not root-ish: (log position, task), visit order
@@ -177,6 +181,11 @@ def stock_reason(state: Any, b: Build) -> str | None:
         return "transition counter limit"
     if b.run_specs or b.priorities or any(a == "dependencies" for _, a, _ in b.edges_of_existing):
         return "tasks the scheduler already has change"
+    if len(b.new) == len(b.touched):
+        # all new: released, with a run_spec and no lost dependencies; their
+        # dependencies are among them (a task outside the graph would be
+        # touched too), and a new task has no exception_blame
+        return None
     new_tasks = b.tasks
     changed = {id(ts) for ts, _, _ in b.edges_of_existing}
     for ts in b.touched:
@@ -184,8 +193,6 @@ def stock_reason(state: Any, b: Build) -> str | None:
             x = dts._x
             if x.more.exception_blame:
                 return "dependencies that erred"
-    if len(b.new) == len(b.touched):
-        return None  # all new: released, with a run_spec and no lost deps
     live = state.tasks
     seen: set = set()
     stack = [new_tasks.get(k) or live[k] for k in b.sub.keys]
@@ -457,6 +464,12 @@ class _Replay:
         queued = plan.queued
         queued_at = plan.queued_at
         handoffs = plan.handoffs
+        # the queued tasks' queue number (one for all, see staged_run) and
+        # priority orders, read here where each task is at hand; sorted at
+        # the end (_order_queue_run)
+        shared = plan.shared_seq = SharedSeq(plan.seq_base)
+        orders = plan.queued_orders = []
+        order = orders.append
         n = 0
         popitem = recs.popitem
         rootish_by_group: dict = {}
@@ -529,6 +542,8 @@ class _Replay:
                     to_queue[tg] = to_queue.get(tg, 0) + 1
                     queued_at.append(n)
                     queued.append(ts)
+                    ts._qseq = shared
+                    order(ts._prio_order)
                     event(~i)
                     n += 2
                     continue
@@ -682,4 +697,12 @@ class _Replay:
             plan.queued_members = set(run)
             return
         plan.queued_members = set(run)
+        if self.b.one_head is not None and plan.queued_orders is not None and len(plan.queued_orders) == len(run):
+            # every queued task holds plan.shared_seq and one priority head
+            # (the build's): sorted by the orders the replay read
+            ordered = sorted_by_orders(run, plan.queued_orders)
+            plan.queued_orders = None  # (freed here, in the build's thread)
+            if ordered is not None:
+                plan.queued_sorted = ordered
+                return
         plan.queued_sorted = staged_run(run, base)

@@ -37,6 +37,7 @@ from typing import Any
 from slimgraph.shim.compact import GraphNode
 from .graph import NODE
 from .legacy import Skeleton, skeleton_shape
+from .setorder import aliases_frozenset
 from .layers import BLOCKWISE, LEGACY, GraphLayers
 from .unsupported import OrderDependent, Unsupported
 
@@ -83,6 +84,8 @@ class ValueDeps:
                 else:
                     items.append(loc)
                     refs.append(loc)
+        elif type(value) is tuple and len(value) == 2 and self._keys_list(value, locate, refs, items):
+            pass
         else:
             kind, fs, locs, in_order = reader.dependencies(key, value)
             self.kinds.append(kind)
@@ -106,6 +109,42 @@ class ValueDeps:
                     refs.append(loc)
         self.off.append(len(items))
 
+
+    def _keys_list(self, value: tuple, locate: Any, refs: list, items: Any) -> bool:
+        """The commonest legacy value, a reduction's ``(func, [key, ...])``
+        with every key in the graph, read without the general walk; False
+        (nothing recorded) for anything else.
+
+        What it records is what the walk records for that value
+        (:class:`~.legacy.LegacyReader`): a Task whose one argument, the
+        list, becomes a nested ``Task(_identity_cast, Alias(k), ...)``, so
+        its dependency frozenset is ``frozenset(set(aliases_frozenset(keys)))``
+        (a nested node's set, copied into the outer node's set, frozen);
+        the keys' locations in argument order under the skeleton
+        ``(func, n keys)``. At 1M array tasks the walk took ~6 us for each
+        of the 249k reductions, this ~2.5 us."""
+        lst = value[1]
+        if type(lst) is not list or not lst or not callable(value[0]):
+            return False
+        locs = []
+        add = locs.append
+        for e in lst:
+            if type(e) is not tuple or not e or type(e[0]) is not str:
+                return False
+            loc = locate(e)
+            if loc is None:
+                return False
+            add(loc)
+        self.kinds.append(0)  # TASK
+        self.skel[-1] = self._skeleton(value[0], (len(lst),))
+        titems = self.titems
+        self.tstart[-1] = len(titems)
+        titems.extend(locs)
+        at = dict(zip(lst, locs)).__getitem__
+        deps = list(map(at, frozenset(set(aliases_frozenset(lst)))))
+        items.extend(deps)
+        refs.extend(deps)
+        return True
 
     def _skeleton(self, head: Any, shape: tuple) -> int:
         k = (id(head), shape)
@@ -201,7 +240,10 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
                 locs = [inset.index(1, s, s + span)]
             else:
                 raise OrderDependent(f"Blockwise layer {name!r} culled to {n_in} of {v.total} blocks")
-            if not v.cull_free:
+            bulk = v.all_cull_dependencies() if not v.cull_free and type(locs) is range else None
+            if bulk is not None:
+                count += _mark_all(bulk, inset, remaining, name)
+            elif not v.cull_free:
                 cd = v.cull_dependencies
                 for loc in locs:
                     refs.clear()
@@ -215,10 +257,14 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
                             count += 1
                     if bw_ext:
                         ext.update(bw_ext)
-            for loc in locs:
-                if inset[loc]:
-                    inset[loc] = 0
-                    count -= 1
+            if type(locs) is range:
+                count -= inset.count(1, locs.start, locs.stop)
+                inset[locs.start : locs.stop] = bytes(len(locs))
+            else:
+                for loc in locs:
+                    if inset[loc]:
+                        inset[loc] = 0
+                        count -= 1
             remaining[s : s + span] = bytes(span)
             out.append((u, locs))
             continue
@@ -273,6 +319,23 @@ def cull_locations(gl: GraphLayers, toposorted: list, wanted: set, reader: Any) 
         _close(remaining, s, size, dup, canon)
         out.append((u, locs))
     return out, store
+
+
+def _mark_all(deps: Any, inset: bytearray, remaining: bytearray, name: str) -> int:
+    """The per-block marking of a Blockwise layer's dependencies, for all
+    its blocks at once (``deps``: locations, repeats allowed): each must be
+    of a layer not walked yet; those not in ``keys_set`` join it. Returns
+    how many joined."""
+    import numpy as np
+
+    if not len(deps):
+        return 0
+    if not np.frombuffer(remaining, dtype=np.uint8)[deps].all():
+        raise Unsupported(f"layer {name!r} needs a key of a layer walked before it")
+    ins = np.frombuffer(inset, dtype=np.uint8)  # 0 or 1 each
+    before = np.count_nonzero(ins)
+    ins[deps] = 1
+    return int(np.count_nonzero(ins)) - before
 
 
 def _close(remaining: bytearray, s: int, size: int, dup: bool, canon: dict) -> None:
