@@ -131,6 +131,29 @@ def test_sorted_by_priority_is_sorted_or_refuses_ties(prio_list):
             assert [ts.priority for ts in out] == sorted(ts.priority for ts in tasks)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-(2**40), 2**40), min_size=2, max_size=80))
+def test_one_heads_run_sorted_by_its_orders(orders):
+    """One priority head (one submission): the run is sorted by its orders
+    however sparse they are, every task numbered with the one sequence
+    number given; a tie, or an order that is not an int, leaves it to the
+    general way (None from sorted_by_orders)."""
+    from slimgraph.model.queue import SharedSeq
+    from slimgraph.model.taskstate import sorted_by_orders, sorted_by_priority
+
+    tasks = make_tasks([(0, 1, o) for o in orders])
+    seq = SharedSeq(7)
+    out = sorted_by_priority(tasks, qseq=seq)
+    if len(set(orders)) < len(orders):
+        assert out is None and sorted_by_orders(tasks, orders) is None
+    else:
+        assert [ts._prio_order for ts in out] == sorted(orders)
+        assert all(ts._qseq is seq for ts in tasks)
+        assert sorted_by_orders(tasks, orders) == out
+    assert sorted_by_orders(tasks, [float(o) for o in orders]) is None
+    assert sorted_by_orders(tasks, [2**70] + orders[1:]) is None
+
+
 def test_a_task_queued_again_comes_out_where_heapset_puts_it():
     """Found by hypothesis: add t0, add t1, discard t0, add t0. HeapSet keeps
     t0's old entry, so t0 comes out first; a task queued again while its

@@ -691,13 +691,15 @@ class _Replay:
         run = plan.queued
         base = plan.seq_base
         # a resubmitted task may have been queued here before: the queue's
-        # own ``add`` takes those (in visit order, when applying)
-        plan.requeued = plan.live_writes and any(ts._qseq is not None for ts in run)
+        # own ``add`` takes those (in visit order, when applying). (Not in a
+        # compact replay, whose tasks are all new, and hold its number.)
+        compact = plan.queued_orders is not None
+        plan.requeued = plan.live_writes and not compact and any(ts._qseq is not None for ts in run)
         if plan.requeued:
             plan.queued_members = set(run)
             return
         plan.queued_members = set(run)
-        if self.b.one_head is not None and plan.queued_orders is not None and len(plan.queued_orders) == len(run):
+        if compact and self.b.one_head is not None and len(plan.queued_orders) == len(run):
             # every queued task holds plan.shared_seq and one priority head
             # (the build's): sorted by the orders the replay read
             ordered = sorted_by_orders(run, plan.queued_orders)

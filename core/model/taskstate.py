@@ -615,7 +615,17 @@ def sorted_by_orders(tasks: list, orders: list) -> list | None:
     so = o[perm]
     if not (so[1:] > so[:-1]).all():  # a tie: the general way breaks it
         return None
-    return list(map(tasks.__getitem__, perm.tolist()))
+    # gathered a slice at a time: one C call over 745k tasks (scattered in
+    # memory) held the GIL 0.09-0.14 s, a block of the event loop
+    out: list = []
+    at = tasks.__getitem__
+    for lo in range(0, len(perm), _GATHER_SLICE):
+        out.extend(map(at, perm[lo : lo + _GATHER_SLICE].tolist()))
+    return out
+
+
+#: tasks gathered per C call by :func:`sorted_by_orders`
+_GATHER_SLICE = 65_536
 
 
 def _plus(container: Any, item: Any) -> Any:
