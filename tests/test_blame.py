@@ -399,6 +399,43 @@ def test_a_block_in_which_no_thread_ran_but_one_waited_for_a_cpu_is_no_cpu():
     assert blame.classify(frames, 2, {ident: 0.0, 1: 0.0}, 0.1)[0] == "unknown"
 
 
+def test_a_block_whose_gil_holder_waited_for_a_cpu_is_no_cpu():
+    """The loop waits for the GIL of a busy ingestion thread that itself
+    spent more of the stretch on the kernel's run queue than running (the
+    operating system preempted it while it held the GIL): the machine's
+    (``no CPU``), naming the thread and where it stood; when it ran more
+    than it waited, the block is the thread's."""
+    ident = threading.get_ident()
+    frames = {ident: blame.snapshot()[ident], 2: []}
+    names = {ident: "slimgraph-ingest_0", 2: "loop"}
+    cause, label = blame.classify(frames, 2, {ident: 0.05}, 0.4, waits={ident: 0.3, 2: 0.0}, names=names)
+    assert cause == "no CPU" and label.startswith("thread slimgraph-ingest_0: ") and "holding the GIL" in label
+    assert blame.classify(frames, 2, {ident: 0.3}, 0.4, waits={ident: 0.05}, names=names)[0] != "no CPU"
+    assert blame.classify(frames, 2, {ident: 0.05}, 0.4, names=names)[0] != "no CPU"
+
+
+def test_the_run_queue_clocks_read_the_ingestion_threads_too():
+    """Besides the one thread asked for, the threads named like the
+    ingestion's (WAITED_FOR) are read; others are not."""
+    clocks = blame.RunQueueClocks()
+    if not clocks.available:
+        pytest.fail("this Linux has no per-thread schedstat")
+    ev = threading.Event()
+    ours = threading.Thread(target=ev.wait, name=blame.WAITED_FOR[0] + "_9")
+    other = threading.Thread(target=ev.wait, name="someone-else")
+    ours.start()
+    other.start()
+    try:
+        got = clocks.read(threading.get_ident(), blame.WAITED_FOR)
+        assert {threading.get_ident(), ours.ident} <= set(got) and other.ident not in got
+        assert set(clocks.read(threading.get_ident())) == {threading.get_ident()}
+    finally:
+        ev.set()
+        ours.join()
+        other.join()
+        clocks.close()
+
+
 def test_a_snapshot_names_every_threads_frames_innermost_first_with_qualified_names():
     """The stacks come from faulthandler's walk (in C, no thread switch in
     between); the functions get their qualified names back from the

@@ -53,8 +53,9 @@ stack (``sys._current_frames()``) every few milliseconds and hands it to
     is busy.
 ``no CPU``
     the operating system ran other processes: the loop thread had work but
-    spent more of the block waiting on the kernel's run queue than running.
-    Read from the loop thread's ``/proc/self/task/<id>/schedstat`` (Linux),
+    spent more of the block waiting on the kernel's run queue than running,
+    or the thread whose GIL it waited for did (preempted while holding it).
+    Read from the threads' ``/proc/self/task/<id>/schedstat`` (Linux),
     so a machine shared with workers, clients and a browser is told apart
     from a slow handler.
 ``unknown``
@@ -272,7 +273,9 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
 
     ``waits``: seconds on the kernel's run queue over the same stretch, of
     the threads read (:class:`RunQueueClocks`; the monitor reads the
-    loop's). A loop that had work but waited for a CPU longer than it ran,
+    loop's and the ingestion threads'). A loop that had work but waited for
+    a CPU longer than it ran, a loop waiting for the GIL of a thread that
+    waited for a CPU longer than it ran (preempted while holding the GIL),
     or (when no thread ran) any thread that waited for a CPU for a fair
     share of the stretch, makes it ``no CPU``. ``names``: thread id ->
     name, as read with the clocks (a thread may end before it is
@@ -300,6 +303,11 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
         codes = frames[busiest]
         name = str(names.get(busiest, busiest))
         who = f"thread {name}: {_where_busy(codes)}"
+        held = waits.get(busiest, 0.0)
+        if held >= LOOP_SHARE * elapsed and held > busiest_cpu:
+            # the thread the loop waited for held the GIL while it waited on
+            # the kernel's run queue: the machine's CPUs were busy elsewhere
+            return "no CPU", f"{who}, holding the GIL, waited for a CPU"
         if _ingestion_frame(codes) is not None or name.startswith((_OFFLOAD, THREAD_NAME)):
             inner = _innermost_own(codes)
             if _owner(codes[0].co_filename) in ("dask", "distributed") or (inner is not None and _dasks_own(inner)):
@@ -387,6 +395,12 @@ def _gil_holding_pread():
     return _libc("pread", [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long], ctypes.c_ssize_t)
 
 
+#: names of the threads whose run-queue clocks the watchdog reads besides
+#: the loop's: slimgraph's ingestion threads and distributed's offload
+#: thread (stock's), which the loop waits for while they hold the GIL
+WAITED_FOR = (THREAD_NAME, _OFFLOAD)
+
+
 class RunQueueClocks:
     """Seconds each live Python thread has spent runnable but not running
     (waiting on the kernel's run queue for a CPU), keyed by thread id.
@@ -399,9 +413,10 @@ class RunQueueClocks:
     switch interval each time (reading every thread's during a block
     delayed the watchdog by tens of milliseconds, the thread that had held
     the GIL was gone before its stack was taken, and a handler sharing the
-    GIL was seen waiting more often). The watchdog reads the loop thread's,
-    once per wake-up. Where the files are missing, :meth:`read` answers
-    ``{}`` and no block is called ``no CPU``.
+    GIL was seen waiting more often). The watchdog reads the loop thread's
+    and the ingestion threads' (:data:`WAITED_FOR`: the threads the loop
+    waits for during an ingestion), once per wake-up. Where the files are
+    missing, :meth:`read` answers ``{}`` and no block is called ``no CPU``.
     """
 
     def __init__(self) -> None:
@@ -418,8 +433,9 @@ class RunQueueClocks:
             raise OSError("pread failed")
         return self._buf.raw[:n]
 
-    def read(self, only: int | None = None) -> dict:
-        """``{thread id: seconds}``; ``only``: that thread's alone."""
+    def read(self, only: int | None = None, named: tuple = ()) -> dict:
+        """``{thread id: seconds}``; ``only``: that thread's alone, and
+        those of the threads whose names start with one of ``named``."""
         if not self.available:
             return {}
         out, seen = {}, set()
@@ -427,7 +443,7 @@ class RunQueueClocks:
             nid = t.native_id
             if nid is None or t.ident is None:
                 continue
-            if only is not None and t.ident != only:
+            if only is not None and t.ident != only and not (named and t.name.startswith(named)):
                 if nid in self._fds:
                     seen.add(nid)  # (an open file stays open while its thread lives)
                 continue

@@ -249,7 +249,7 @@ class LoopMonitor:
         if self.blame:
             _blame._dump_fd()
         prev_cpu = _blame.thread_cpu() if self.blame else {}
-        prev_waits = runq.read(self._loop_thread_id) if runq is not None else {}
+        prev_waits = runq.read(self._loop_thread_id, _blame.WAITED_FOR) if runq is not None else {}
         window: deque = deque()        # recent (time, CPU clocks, run-queue clocks): the shares' baseline
         tracked: float | None = None   # start tick of the block being sampled
         parts: list = []               # its (from, to, (cause, label)) stretches
@@ -272,7 +272,7 @@ class LoopMonitor:
             # the loop's run-queue clock first: reading it lets the GIL go
             # (a system call), and nothing may come between the CPU clocks
             # and the stacks, which must show the threads where the clocks saw them
-            waits = runq.read(self._loop_thread_id)
+            waits = runq.read(self._loop_thread_id, _blame.WAITED_FOR)
             now = time.perf_counter()
             tick = self.last_tick
             names: dict = {}

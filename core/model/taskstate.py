@@ -602,7 +602,8 @@ def sorted_by_orders(tasks: list, orders: list) -> list | None:
     priority head), or None if two tie or one is not a 64-bit int. numpy
     sorts, and lets go of the GIL while it does (a list's sort would hold
     it). The 745k queued roots of a 1M-task array: 0.8 s by head and
-    buckets, 0.2-0.45 s here (most of it reading the tasks' attributes)."""
+    buckets (reading each task's head and order), 0.19 s here from the
+    orders the replay read as it queued them."""
     import numpy as np
 
     if len(tasks) < 2:

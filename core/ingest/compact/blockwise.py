@@ -341,8 +341,9 @@ class BlockwiseLayer:
         whole row-major grid. None otherwise (then block by block).
 
         Why: the cull reads every kept block's dependencies; at 1M array
-        tasks that is 1.5M calls of :meth:`cull_dependencies`, ~1.5 s,
-        for what is a handful of array operations on the block grid."""
+        tasks that is 1.5M calls of :meth:`cull_dependencies`, about 1 s
+        of the cull, for what is a handful of array operations on the
+        block grid."""
         if self.cull_free or self.blocks is not None or self._const_deps or self._keyed_io:
             return None
         inputs = [a for a in self._args if a.kind == _ARRAY]

@@ -84,9 +84,7 @@ class ValueDeps:
                 else:
                     items.append(loc)
                     refs.append(loc)
-        elif type(value) is tuple and len(value) == 2 and self._keys_list(value, locate, refs, items):
-            pass
-        else:
+        elif not self._keys_list(value, locate, refs, items):
             kind, fs, locs, in_order = reader.dependencies(key, value)
             self.kinds.append(kind)
             if kind == 3:  # SELF: the cull counts the key itself
@@ -109,8 +107,7 @@ class ValueDeps:
                     refs.append(loc)
         self.off.append(len(items))
 
-
-    def _keys_list(self, value: tuple, locate: Any, refs: list, items: Any) -> bool:
+    def _keys_list(self, value: Any, locate: Any, refs: list, items: Any) -> bool:
         """The commonest legacy value, a reduction's ``(func, [key, ...])``
         with every key in the graph, read without the general walk; False
         (nothing recorded) for anything else.
@@ -121,8 +118,10 @@ class ValueDeps:
         its dependency frozenset is ``frozenset(set(aliases_frozenset(keys)))``
         (a nested node's set, copied into the outer node's set, frozen);
         the keys' locations in argument order under the skeleton
-        ``(func, n keys)``. At 1M array tasks the walk took ~6 us for each
-        of the 249k reductions, this ~2.5 us."""
+        ``(func, n keys)``. The 249k reductions of the 1M-task array: 0.3 s
+        less than through the walk."""
+        if type(value) is not tuple or len(value) != 2:
+            return False
         lst = value[1]
         if type(lst) is not list or not lst or not callable(value[0]):
             return False
