@@ -26,7 +26,8 @@ and the general path decides.
 from __future__ import annotations
 
 from array import array
-from itertools import chain
+from itertools import accumulate, chain, islice
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -35,8 +36,8 @@ from slimgraph.runtime import steps
 from slimgraph.runtime.disposal import drain
 from slimgraph.shim.compact import MaterializedLayer, Task
 from .assemble import Part, split_dependencies
-from .cull import seed_keys_set
-from .graph import NODE, LayerReport, ValueSource, key_positions
+from .graph import NODE, LayerReport, ValueSource
+from .hashjoin import KeyTable
 from .layers import _check_key
 from .unsupported import Unsupported
 
@@ -49,20 +50,17 @@ def toposort_layers(dependencies: dict) -> list | None:
     """``HighLevelGraph._toposort_layers()`` of a graph whose layer
     dependencies are ``dependencies`` (see :func:`toposort_positions`)."""
     found = toposort_positions(dependencies)
-    if found is None:
-        return None
-    order, position = found
-    drain([position])
-    return order
+    return None if found is None else found[0]
 
 
-def toposort_positions(dependencies: dict) -> tuple[list, dict] | None:
+def toposort_positions(dependencies: dict) -> tuple[list, KeyTable, np.ndarray] | None:
     """``HighLevelGraph._toposort_layers()`` of a graph whose layer
     dependencies are ``dependencies``, the same list, on integers (812k
-    layers: 1.7 -> 1.1 s), with the dict ``{layer name: its index in
-    dependencies}`` it made on the way (the caller may reuse its table,
-    see :func:`delayed_part`). None where dask's would raise (a dependency
-    that is not a layer).
+    layers: 1.7 -> 1.1 s), with the table of the layer names it made on the
+    way (position = index in ``dependencies``; the caller may reuse it, see
+    :func:`delayed_part`) and those positions in the order emitted. None
+    where dask's would raise (a dependency that is not a layer), or where
+    two layer names hash alike (:mod:`.hashjoin`; dask's own then).
 
     dask's: each layer's dependents in the order the layers are listed; a
     stack of ready layers, seeded in that order with the layers without
@@ -72,22 +70,18 @@ def toposort_positions(dependencies: dict) -> tuple[list, dict] | None:
     names = steps.list_of(dependencies)
     sets = steps.list_of(dependencies.values())
     n = len(names)
-    position = key_positions(names)
-    get = position.__getitem__
-    # (each C call over one step of the layers, not all of them: over 812k,
-    # the dependencies' positions alone held the GIL 0.25 s, a block of the
-    # event loop though this runs in the ingestion's thread)
-    degree = np.empty(n, dtype=np.int64)
-    parts = []
-    for lo in range(0, n, _STEP):
-        step = sets[lo : lo + _STEP]
-        degree[lo : lo + len(step)] = np.fromiter(map(len, step), dtype=np.int64, count=len(step))
-        deps = list(chain.from_iterable(step))
-        try:
-            parts.append(np.fromiter(map(get, deps), dtype=np.int64, count=len(deps)))
-        except KeyError:
-            return None
-    target = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    table = KeyTable.of(names)
+    if table is None:
+        return None
+    degree = np.fromiter(map(len, sets), dtype=np.int64, count=n) if n <= _STEP else np.concatenate(
+        [np.fromiter(map(len, sets[lo : lo + _STEP]), dtype=np.int64) for lo in range(0, n, _STEP)]
+    )
+    deps: list = []
+    steps.each_step(sets, lambda part: deps.extend(chain.from_iterable(part)))
+    target = table.locate(deps)
+    drain([deps])
+    if len(target) and int(target.min()) < 0:
+        return None
     source = np.repeat(np.arange(n, dtype=np.int64), degree)
     # (the lists in steps: steps.tolist)
     dependents = steps.tolist(source[np.argsort(target, kind="stable")])
@@ -96,24 +90,25 @@ def toposort_positions(dependencies: dict) -> tuple[list, dict] | None:
     start = steps.tolist(start)
     waiting = steps.tolist(degree)
     ready = steps.tolist(np.flatnonzero(degree == 0))
-    out: list = []
+    emitted = array("q")
     pop = ready.pop
     push = ready.append
-    emit = out.append
+    emit = emitted.append
     while ready:
         i = pop()
-        emit(names[i])
+        emit(i)
         for r in dependents[start[i] : start[i + 1]]:
             w = waiting[r] - 1
             waiting[r] = w
             if not w:
                 push(r)
-    # its big temporaries freed in steps: dropped at the return, the
-    # position dict and the lists of 812k ints were one C-level cascade
-    # that held the GIL (a 1.15 s block of the event loop in a client-mode
-    # run under load)
+    # its big temporaries freed in steps: dropped at the return, the lists
+    # of 812k ints were one C-level cascade that held the GIL (a 1.15 s
+    # block of the event loop in a client-mode run under load)
     drain([dependents, start, waiting])
-    return out, position
+    emitted_np = np.frombuffer(emitted, dtype=np.int64) if emitted else np.zeros(0, dtype=np.int64)
+    out = steps.list_map(names.__getitem__, emitted)
+    return out, table, emitted_np
 
 
 def delayed_part(hlg: Any, wanted: set) -> Part | None:
@@ -122,18 +117,13 @@ def delayed_part(hlg: Any, wanted: set) -> Part | None:
     found = toposort_positions(hlg.dependencies)
     if found is None:
         return None
-    order, names_at = found
-    try:
-        return _walk(hlg, wanted, order, names_at)
-    finally:
-        # (emptied in steps whichever way the walk ended: dropped at once,
-        # a dict of 812k entries is one C-level cascade that holds the GIL)
-        drain([names_at])
+    return _walk(hlg, wanted, *found)
 
 
-def _walk(hlg: Any, wanted: set, order: list, names_at: dict) -> Part | None:
-    """:func:`delayed_part` once the layers are in order; ``names_at`` is
-    the toposort's ``{layer name: index}``, which it may write over."""
+def _walk(hlg: Any, wanted: set, order: list, names: KeyTable, emitted: np.ndarray) -> Part | None:
+    """:func:`delayed_part` once the layers are in order; ``names`` is the
+    toposort's table of the layer names, ``emitted`` their positions in
+    ``order``."""
     layers = hlg.layers
     n = len(order)
     if n != len(layers) or not n:
@@ -167,23 +157,34 @@ def _walk(hlg: Any, wanted: set, order: list, names_at: dict) -> Part | None:
     except Unsupported:
         return None
     if named:
-        # the keys are the layer names: the positions are written over
-        # the toposort's in place. Why: a new dict of 812k keys faulted in
-        # a fresh ~40 MB table at its last doubling, in one call that held
-        # the GIL (0.13 s of the event loop in a client-mode run, up to
-        # 0.67 s); rewriting values never grows a table
-        index = key_positions(keys, into=names_at)
+        # the keys are the layer names: the toposort's table, renumbered
+        # in walk order (the walk is the toposort reversed)
+        walk_pos = np.empty(n, dtype=np.int64)
+        walk_pos[emitted[::-1]] = np.arange(n, dtype=np.int64)
+        table = names.renumbered(keys, walk_pos)
     else:
-        drain([names_at])
-        index = key_positions(keys)
-    if len(index) != n:  # a key in two layers
-        return None
-    locate = index.get
+        found = KeyTable.of(keys)
+        if found is None:  # a key in two layers (or two hashing alike)
+            return None
+        table = found
+    # every task's dependencies, located at once, in frozenset order
+    dep_sets = steps.list_map(_dependencies_of, vals)
+    dep_keys: list = []
+    steps.each_step(dep_sets, lambda part: dep_keys.extend(chain.from_iterable(part)))
+    dep_off = array("q", [0])
+    steps.each_step(dep_sets, lambda part: _extend_offsets(dep_off, part))
+    dep_loc = array("q", table.locate(dep_keys).tobytes())
 
     # the cull, walking the layers (positions 0 .. n-1)
     inset = bytearray(n)
     # keys of the graph in keys_set, and the keys in it no layer has
-    count, ext = seed_keys_set(wanted, locate, inset)
+    wl = list(wanted)
+    wloc = table.locate(wl)
+    ext = {k for k, loc in zip(wl, wloc.tolist()) if loc < 0}
+    marked = np.frombuffer(inset, dtype=np.uint8)
+    marked[wloc[wloc >= 0]] = 1
+    count = int(np.count_nonzero(marked))
+    del marked
     kept = array("q")
     #: per kept task, its dependencies in frozenset order: a position, or
     #: ~j for ext_keys[j]
@@ -198,9 +199,10 @@ def _walk(hlg: Any, wanted: set, order: list, names_at: dict) -> Part | None:
                 drained = True
             elif size != 1:
                 continue
-        for d in vals[pos].dependencies:
-            loc = locate(d)
-            if loc is None:
+        for j in range(dep_off[pos], dep_off[pos + 1]):
+            loc = dep_loc[j]
+            if loc < 0:
+                d = dep_keys[j]
                 items.append(~len(ext_keys))
                 ext_keys.append(d)
                 if not drained:
@@ -217,11 +219,8 @@ def _walk(hlg: Any, wanted: set, order: list, names_at: dict) -> Part | None:
             inset[pos] = 0
             count -= 1
         kept.append(pos)
-    # the positions, emptied here in steps: dropped at the return, a dict of
-    # 812k keys and int values was one C-level cascade that held the GIL
-    # (0.28 s of the event loop in a client-mode run under load)
-    del locate
-    drain([index])
+    # (emptied in steps: each a list of 812k references)
+    drain([dep_keys, dep_sets])
 
     # number the kept tasks, their dependencies as indices
     part = Part()
@@ -259,6 +258,14 @@ def _walk(hlg: Any, wanted: set, order: list, names_at: dict) -> Part | None:
         if outside:
             ext_by_task[e] = tuple(outside)
     return _report(part, order[n - 1 - kept[0]] if kept else "")
+
+
+_dependencies_of = attrgetter("dependencies")
+
+
+def _extend_offsets(off: array, sets: list) -> None:
+    """Append to ``off`` the running end of each set's items."""
+    off.extend(islice(accumulate(map(len, sets), initial=off[-1]), 1, None))
 
 
 def _report(part: Part, first_layer: str) -> Part:

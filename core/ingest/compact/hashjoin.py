@@ -1,0 +1,149 @@
+"""Where keys sit in a list, found without a dict: a sorted table of hashes.
+
+Why. The delayed path locates every layer's dependencies (the toposort)
+and every task's dependencies (the cull) among 812k keys. A dict of 812k
+keys answers that, but it is built by insertion, and its last doubling is
+one C call that makes a fresh table of ~40 MB and moves every entry into
+it while holding the GIL: 30-40 ms in an idle process, 0.17-0.51 s of the
+event loop in client-mode runs under load (page faults on a busy VM),
+the longest block of slimgraph's own in the delayed tree's runs although
+it ran in the ingestion's thread.
+
+What. The keys' hashes in a numpy array, sorted once (``argsort``, which
+gives the GIL up while it sorts); a lookup is a binary search of the
+item's hash (``searchsorted``, likewise) followed by one ``==`` with the
+key found there. Equality is the dict's: keys that compare equal hash
+alike, so the only key an item can equal is the one with its hash; an
+item whose hash is there but which does not equal that key is not a key.
+The Python work (the hashes, the ``==``) goes in steps
+(:mod:`slimgraph.runtime.steps`), so the thread hands the GIL over between
+them, and no table ever grows.
+
+Two distinct keys with the same hash (``-1`` and ``-2`` among ints; for
+str keys a 64-bit collision) or a key listed twice leave the table
+undecided: :meth:`KeyTable.of` returns None and the caller takes the
+general path.
+"""
+from __future__ import annotations
+
+from array import array
+from operator import eq, is_
+from typing import Any, Sequence
+
+import numpy as np
+
+from slimgraph.runtime import steps
+from slimgraph.runtime.disposal import drain
+
+
+def _pairwise(fn: Any, left: list, right: list) -> np.ndarray:
+    """``fn(l, r)`` of each pair (bools), a step at a time."""
+    out = bytearray()
+    _each_at(left, lambda lo, part: out.extend(map(fn, part, right[lo : lo + len(part)])))
+    return np.frombuffer(out, dtype=bool).copy() if out else np.zeros(0, dtype=bool)
+
+
+def hashes(items: Sequence) -> np.ndarray:
+    """``hash(item)`` of each item, as int64, a step at a time.
+
+    (Into an ``array``, not a numpy array: a slice assignment per step gives
+    the GIL up for a moment and takes it straight back, so often that a
+    thread waiting for the GIL never asks for it (CPython asks only after
+    an interval with no switch) -- the event loop waited 50 ms for steps of
+    0.4 ms.)"""
+    out = array("q")
+    _each_at(items, lambda lo, part: out.extend(map(hash, part)))
+    return np.frombuffer(out, dtype=np.int64) if out else np.zeros(0, dtype=np.int64)
+
+
+#: items per step: each item an object read somewhere in a heap of a GB
+#: (a cache miss): 65k-item steps of ``hash`` took 30 ms in an idle process
+_STEP = 4096
+
+
+def _each_at(seq: Sequence, take: Any) -> None:
+    """``take(start, part)`` for consecutive parts of ``seq``."""
+    n = len(seq)
+    if n <= _STEP:
+        take(0, seq)
+        return
+    for lo in range(0, n, _STEP):
+        take(lo, seq[lo : lo + _STEP])
+
+
+def _list_map(fn: Any, seq: Sequence) -> list:
+    """``list(map(fn, seq))``, a step at a time."""
+    out: list = []
+    _each_at(seq, lambda lo, part: out.extend(map(fn, part)))
+    return out
+
+
+class KeyTable:
+    """The positions of ``keys`` (unique, hashes distinct), by hash."""
+
+    __slots__ = ("keys", "sorted_hashes", "at")
+
+    def __init__(self, keys: Sequence, sorted_hashes: np.ndarray, at: np.ndarray):
+        #: what a position names (the ``==`` check reads it)
+        self.keys = keys
+        #: the keys' hashes, ascending
+        self.sorted_hashes = sorted_hashes
+        #: ``at[j]``: the position of the key whose hash is ``sorted_hashes[j]``
+        self.at = at
+
+    @classmethod
+    def of(cls, keys: Sequence) -> "KeyTable | None":
+        """The table of ``keys`` (position = index in ``keys``), or None
+        when two of them hash alike (a key listed twice, or a collision)."""
+        h = hashes(keys)
+        at = np.argsort(h, kind="stable")
+        sh = h[at]
+        if len(sh) > 1 and bool((sh[1:] == sh[:-1]).any()):
+            return None
+        return cls(keys, sh, at)
+
+    def renumbered(self, keys: Sequence, position: np.ndarray) -> "KeyTable":
+        """The same keys listed anew as ``keys``, where the key at position
+        ``p`` here is at ``position[p]`` there (the hashes are not computed
+        or sorted again)."""
+        return KeyTable(keys, self.sorted_hashes, position[self.at])
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def locate(self, items: Sequence) -> np.ndarray:
+        """The position of each item among the keys, -1 where it is none of
+        them (int64)."""
+        n = len(items)
+        if not n or not len(self.at):
+            return np.full(n, -1, dtype=np.int64)
+        h = hashes(items)
+        sh = self.sorted_hashes
+        j = np.searchsorted(sh, h)
+        np.minimum(j, len(sh) - 1, out=j)
+        same_hash = sh[j] == h
+        pos = np.where(same_hash, self.at[j], -1)
+        # the ``==`` of each item with the key of its hash (where there is one)
+        hit = np.flatnonzero(same_hash)
+        if len(hit):
+            # (positions read from an array('q'): a list of 812k ints, freed
+            # at once, was a 20-40 ms C call)
+            cand = _list_map(self.keys.__getitem__, array("q", pos[hit].tobytes()))
+            wanted = items if len(hit) == n else _list_map(items.__getitem__, array("q", hit.tobytes()))
+            # the dict's equality: the same object, or ``==`` (a NaN key
+            # finds itself)
+            equal = _pairwise(is_, cand, wanted)
+            other = np.flatnonzero(~equal)
+            if len(other):
+                ol = steps.tolist(other)
+                equal[other] = _pairwise(eq, [cand[i] for i in ol], [wanted[i] for i in ol])
+            pos[hit[~equal]] = -1
+            # (emptied in steps: one list of 812k references, freed at
+            # once, touches every object it names in one C call)
+            drain([cand] if wanted is items else [cand, wanted])
+        return pos
+
+    def get(self, item: Any) -> int | None:
+        """The position of one item, None where it is no key."""
+        p = int(self.locate([item])[0])
+        return None if p < 0 else p
