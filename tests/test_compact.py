@@ -338,8 +338,8 @@ def test_layers_after_keys_set_empties_are_kept_whole():
 @pytest.mark.parametrize("names", ["keys", "other", "mixed"])
 def test_one_key_layers_named_or_not(names):
     """The one-walk delayed path with layers named by their keys (a
-    Delayed's: the toposort's position dict is reused) and named otherwise
-    (a new dict): the same graph as dask's either way."""
+    Delayed's: the toposort's table of names is reused) and named otherwise
+    (a new table): the same graph as dask's either way."""
     from dask.delayed import Delayed
     from dask.highlevelgraph import MaterializedLayer
 
@@ -354,18 +354,17 @@ def test_one_key_layers_named_or_not(names):
     from slimgraph.ingest.compact import delayed as delayed_mod
 
     made = []
-    real = delayed_mod.key_positions
+    real = delayed_mod.KeyTable.of
     with delayed_walk() as taken, pytest.MonkeyPatch.context() as mp:
-        def spy(keys, into=None):
-            if into is None:  # a new dict (not positions written over one)
-                made.append(list(keys))
-            return real(keys, into=into)
+        def spy(keys):
+            made.append(list(keys))
+            return real(keys)
 
-        mp.setattr(delayed_mod, "key_positions", spy)
+        mp.setattr(delayed_mod.KeyTable, "of", staticmethod(spy))
         graph = compare(Delayed("c", hlg, layer=name("c")))
     assert taken and all(taken)
     assert {"a", "b", "c"} <= set(graph.keys)
-    # the toposort's dict, and a second one only where a layer's name is not its key
+    # the toposort's table, and a second one only where a layer's name is not its key
     assert len(made) == (1 if names == "keys" else 2), made
 
 
@@ -860,6 +859,101 @@ def test_decode_reads_frame_by_frame_in_python():
     assert all(type(ours[k]) is type(v) and ours[k] == v for k, v in theirs.items())
 
 
+def test_the_unpicklers_memo_is_handed_over_whole():
+    """``slimgraph.ingest.memo``: on this interpreter the layout check
+    passes; after the hand-over the unpickler's memo is empty, the lists
+    hold exactly the objects it held (same objects, by index), and once
+    they are drained every object's reference count is what a plain
+    unpickling leaves (an object only the memo held is freed)."""
+    import gc
+    import io
+    import pickle
+    import weakref
+
+    from slimgraph.ingest import memo
+    from slimgraph.runtime.disposal import drain
+
+    assert memo.available()
+
+    # a set only the memo keeps: the argument tuple of a reduce (``len``)
+    data = pickle.dumps([("a", 1), "b" * 50, [2.5, ("c",)], _ReduceToLen({1, 2})], protocol=5)
+    u = pickle.Unpickler(io.BytesIO(data))
+    got = u.load()
+    before = u.memo.copy()
+    (only_in_memo,) = [v for v in before.values() if type(v) is set]
+    ref = weakref.ref(only_in_memo)
+    del only_in_memo
+    held = memo.hand_over(u)
+    assert u.memo.copy() == {}
+    moved = [o for lst in held for o in lst]
+    assert all(moved[i] is v for i, v in before.items())
+    del before, moved, u
+    plain = pickle.loads(data)
+    assert ref() is not None  # (the lists hold it now)
+    drain(held)
+    gc.collect()
+    assert got == plain == [("a", 1), "b" * 50, [2.5, ("c",)], 2]
+    for x, y in zip(_walk_objects(got), _walk_objects(plain)):
+        if type(x) is not int:  # (small ints are shared)
+            assert sys.getrefcount(x) == sys.getrefcount(y), (x, y)
+    assert ref() is None
+
+
+def test_the_memo_hand_over_keeps_empty_slots_empty():
+    """A memo with gaps (explicit ``PUT`` indices, protocol 0) and one of
+    several steps: every reference moves, the gaps stay the filler's, and
+    nothing is freed twice or leaked."""
+    import io
+    import pickle
+
+    from slimgraph.ingest import memo
+    from slimgraph.runtime.disposal import drain
+
+    data = b"(S'x'\np5\nS'y'\np9\ng5\nl."
+    u = pickle.Unpickler(io.BytesIO(data))
+    got = u.load()
+    assert got == ["x", "y", "x"]
+    assert sorted(u.memo.copy()) == [5, 9]
+    held = memo.hand_over(u)
+    moved = [o for lst in held for o in lst]
+    assert moved[5] is got[0] and moved[9] is got[1]
+    assert len({id(o) for i, o in enumerate(moved) if i not in (5, 9)}) == 1  # the filler
+    drain(held)
+    assert got == ["x", "y", "x"]
+    # many steps
+    values = [(i, f"value-{i}") for i in range(3 * memo.STEP)]
+    u = pickle.Unpickler(io.BytesIO(pickle.dumps(values, protocol=5)))
+    got = u.load()
+    n = len(u.memo.copy())
+    held = memo.hand_over(u)
+    assert len(held) >= 3 and sum(len(x) for x in held) >= n
+    del u
+    drain(held)
+    assert got == values
+    plain = pickle.loads(pickle.dumps(values, protocol=5))
+    for x, y in zip(got[:: memo.STEP // 3], plain[:: memo.STEP // 3]):
+        assert sys.getrefcount(x) == sys.getrefcount(y) and sys.getrefcount(x[1]) == sys.getrefcount(y[1])
+
+
+class _ReduceToLen:
+    """Unpickles as ``len(value)``: the value is made, memoized and then
+    held by nothing but the memo."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __reduce__(self):
+        return (len, (self.value,))
+
+
+def _walk_objects(x):
+    """``x`` and what it holds (lists and tuples, depth first)."""
+    yield x
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _walk_objects(y)
+
+
 def test_a_clients_submission_is_decoded_frame_by_frame(monkeypatch):
     """What a scheduler receives from a real Client over a real comm (the
     wire encoding adds ``num-sub-frames`` to the header) goes through the
@@ -1056,3 +1150,56 @@ def test_one_requested_key_makes_no_positions_dict():
     assert index.pos.made() == []
     (k,) = keys
     assert index.pos[k] == graph.keys.index(k) and index.pos.made() == []
+
+
+_table_keys = st.one_of(
+    st.text(max_size=3),
+    st.integers(-3, 3),  # (-1 and -2 hash alike)
+    st.floats(allow_nan=True, width=16),
+    st.tuples(st.text(max_size=2), st.integers(0, 3)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(_table_keys, max_size=30), items=st.lists(_table_keys, max_size=30),
+       also_keys=st.lists(st.integers(0, 29), max_size=10))
+def test_key_table_answers_as_a_dict(keys, items, also_keys):
+    """The delayed path's sorted table of hashes (no dict, so no table that
+    doubles while holding the GIL) against a dict of the same keys: every
+    item's position, -1 where the dict has none; the key objects themselves
+    found too (a NaN finds itself, 1 finds 1.0 and True); None where two
+    keys hash alike or one is listed twice."""
+    from slimgraph.ingest.compact.hashjoin import KeyTable
+
+    table = KeyTable.of(keys)
+    if len({hash(k) for k in keys}) != len(keys):
+        assert table is None
+        return
+    assert table is not None
+    positions = {k: i for i, k in enumerate(keys)}
+    assert len(positions) == len(keys)
+    asked = items + [keys[i] for i in also_keys if i < len(keys)]
+    assert table.locate(asked).tolist() == [positions.get(k, -1) for k in asked]
+    for k in asked[:5]:
+        assert table.get(k) == positions.get(k)
+    # renumbered: the same keys listed in reverse
+    rev = keys[::-1]
+    where = np.arange(len(keys), dtype=np.int64)[::-1].copy()
+    again = table.renumbered(rev, where)
+    assert again.locate(asked).tolist() == [{k: i for i, k in enumerate(rev)}.get(k, -1) for k in asked]
+
+
+def test_key_table_in_steps():
+    """More keys than a step: the hashes and the ``==`` go a step at a time
+    and still answer as a dict (keys not identical to the items: equal
+    strings made anew)."""
+    from slimgraph.ingest.compact.hashjoin import KeyTable
+    from slimgraph.runtime import steps
+
+    n = 2 * steps.STEP + 7
+    keys = [f"k-{i}" for i in range(n)]
+    table = KeyTable.of(keys)
+    items = ["".join(["k-", str(i)]) for i in range(n - 5, -6, -1)]  # (equal, not the same objects)
+    assert items[0] is not keys[n - 5]
+    want = [n - 5 - j if n - 5 - j >= 0 else -1 for j in range(len(items))]
+    assert table.locate(items).tolist() == want

@@ -23,8 +23,10 @@ whole ``load`` is one C call that never lets another thread have the GIL,
 so the event loop waited for it from a thread: up to 0.41 s in-process at
 1M delayed tasks (0.75 s inside a loaded scheduler process). A Python
 ``read`` per frame is a point where the interpreter hands the GIL over:
-the longest hold drops to what the unpickler does between two frames, or
-after the last one (freeing its memo of ~10M references, ~0.15 s).
+the longest hold drops to what the unpickler does between two frames. Its
+memo (a reference to every object it made) goes in steps too
+(:mod:`slimgraph.ingest.memo`; freed with the unpickler, it was a
+0.19-0.23 s block at 1M delayed tasks).
 
 Only for what distributed's ``pickle`` serializer makes with a single frame
 (as a scheduler receives it: with the ``num-sub-frames`` entry distributed's
@@ -41,6 +43,8 @@ import pickle
 from typing import Any
 
 from slimgraph import shim
+from slimgraph.ingest import memo
+from slimgraph.runtime.disposal import drain
 from slimgraph.shim.compact import Task
 
 _KNOWN_SLOTS = ["_data_producer", "_dependencies", "_is_coro", "_repr", "_token", "args", "func", "key", "kwargs"]
@@ -118,5 +122,11 @@ def deserialize(header: dict, frames: list) -> Any:
     """``distributed.protocol.deserialize(header, frames)``, faster for
     pickled Tasks (see the module's docstring)."""
     if FAST and plain(header, frames):
-        return _Unpickler(_FrameReader(frames[0])).load()
+        unpickler = _Unpickler(_FrameReader(frames[0]))
+        out = unpickler.load()
+        # its memo released in steps, not when the unpickler goes (slimgraph.ingest.memo)
+        held = memo.hand_over(unpickler)
+        del unpickler
+        drain(held)
+        return out
     return shim.deserialize(header, frames)
