@@ -899,6 +899,38 @@ def test_the_unpicklers_memo_is_handed_over_whole():
     assert ref() is None
 
 
+def test_a_presized_memo_unpickles_the_same(monkeypatch):
+    """``memo.presize``: a fresh unpickler gets a memo of the counted upper
+    bound and never grows it; the load gives what ``pickle.loads`` gives,
+    and the hand-over and drain afterwards leave the same reference counts.
+    An unpickler that has loaded already, or a bound below its memo's
+    size, is left alone."""
+    import io
+    import pickle
+
+    from slimgraph.ingest import memo
+    from slimgraph.runtime.disposal import drain
+
+    monkeypatch.setattr(memo, "PRESIZE_MIN", 64)
+    values = [(i, f"value-{i}", [float(i)]) for i in range(5_000)]
+    data = pickle.dumps(values, protocol=5)
+    bound = decode.memoized_at_most(data)
+    u = pickle.Unpickler(io.BytesIO(data))
+    assert memo.presize(u, bound)
+    got = u.load()
+    layout = memo._LAYOUT
+    assert memo._read_size(id(u) + layout.memo_size) == bound  # (never grew)
+    assert len(u.memo.copy()) <= bound
+    assert not memo.presize(u, 2 * bound)  # (loaded: not fresh)
+    drain(memo.hand_over(u))
+    del u
+    plain = pickle.loads(data)
+    assert got == plain
+    for x, y in zip(got[::500], plain[::500]):
+        assert [sys.getrefcount(v) for v in (x, x[1], x[2])] == [sys.getrefcount(v) for v in (y, y[1], y[2])]
+    assert not memo.presize(pickle.Unpickler(io.BytesIO(data)), 8)  # (below its own size)
+
+
 def test_the_memo_hand_over_keeps_empty_slots_empty():
     """A memo with gaps (explicit ``PUT`` indices, protocol 0) and one of
     several steps: every reference moves, the gaps stay the filler's, and
