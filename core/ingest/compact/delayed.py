@@ -42,10 +42,6 @@ from .layers import _check_key
 from .unsupported import Unsupported
 
 
-#: layers per step of :func:`toposort_positions`: each a dict lookup
-_STEP = steps.RANDOM_ACCESS_STEP
-
-
 def toposort_layers(dependencies: dict) -> list | None:
     """``HighLevelGraph._toposort_layers()`` of a graph whose layer
     dependencies are ``dependencies`` (see :func:`toposort_positions`)."""
@@ -73,9 +69,10 @@ def toposort_positions(dependencies: dict) -> tuple[list, KeyTable, np.ndarray] 
     table = KeyTable.of(names)
     if table is None:
         return None
-    degree = np.fromiter(map(len, sets), dtype=np.int64, count=n) if n <= _STEP else np.concatenate(
-        [np.fromiter(map(len, sets[lo : lo + _STEP]), dtype=np.int64) for lo in range(0, n, _STEP)]
-    )
+    # (into an array, a step at a time: see slimgraph.ingest.compact.hashjoin.hashes)
+    lengths = array("q")
+    steps.each_step(sets, lambda part: lengths.extend(map(len, part)))
+    degree = np.frombuffer(lengths, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
     deps: list = []
     steps.each_step(sets, lambda part: deps.extend(chain.from_iterable(part)))
     target = table.locate(deps)
