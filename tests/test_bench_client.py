@@ -43,15 +43,22 @@ def test_client_mode_measures_both_kinds(tmp_path):
         assert run["dashboard_page_errors"] == 0
         assert run["heartbeat_gap_seconds"]["max"] < run["worker_ttl_seconds"]
         # every ping is in the timeline; the figures are those from the
-        # submission on (before it, the load's pages were opening)
-        assert len([t for t, _ in run["ping_timeline"] if t >= 0]) == run["pings"]
-        assert run["ping_before_submission_seconds"]["n"] == len(run["ping_timeline"]) - run["pings"] > 0
+        # submission on (before it, the load's pages were opening) answered
+        # by the cut (after it, the bench reads the scheduler)
+        cut = run["cut_seconds"]
+        assert run["compute_seconds"] - 1 <= cut <= run["compute_seconds"] + 1e-6
+        counted = [(t, d) for t, d in run["ping_timeline"] if t >= 0 and t + d <= cut]
+        assert len(counted) == run["pings"]
+        before = [t for t, _ in run["ping_timeline"] if t < 0]
+        assert run["ping_before_submission_seconds"]["n"] == len(before) > 0
         assert run["worker_niceness"] == [0, 0]
-        assert len(run["second_client_submit_timeline"]) == run["second_client_submit_seconds"]["n"]
-        assert len(run["dashboard_page_timeline"]) == run["dashboard_page_seconds"]["n"]
+        assert len([1 for t, d in run["second_client_submit_timeline"] if t + d <= cut]) == \
+            run["second_client_submit_seconds"]["n"]
+        assert len([1 for t, d in run["dashboard_page_timeline"] if t + d <= cut]) == \
+            run["dashboard_page_seconds"]["n"]
         # the longest ping split into the scheduler's blocks and the pinger's own CPU wait
         lp = run["longest_ping"]
-        assert lp["seconds"] == run["longest_ping_seconds"] == max(d for t, d in run["ping_timeline"] if t >= 0)
+        assert lp["seconds"] == run["longest_ping_seconds"] == max(d for t, d in counted)
         assert 0 <= lp["loop_blocked_seconds"] <= lp["seconds"] and lp["pinger_cpu_wait_seconds"] >= 0
         # every block kept is attributed: a known cause, a label, and the
         # record's causes are a subset of the whole window's
@@ -130,6 +137,18 @@ def test_longest_ping_is_split_into_loop_blocks_and_the_pingers_wait():
     assert lp == {"seconds": 2.0, "at_seconds": 11.0, "loop_blocked_seconds": 1.0,
                   "pinger_cpu_wait_seconds": 0.3}
     assert longest_ping([], blocks, 0.0) is None
+
+
+def test_other_users_figures_end_with_the_answers_before_the_cut():
+    """A ping sent before the cut but answered after it (it met the bench's
+    own reading of the scheduler, or the cancel) is not another user's
+    figure; nor one sent before the submission."""
+    from slimgraph.bench.e2e import answered_within
+
+    pings = [(9.0, 0.1, 0.0), (10.0, 0.2, 0.0), (19.5, 0.4, 0.0), (19.8, 0.47, 0.0), (20.5, 0.01, 0.0)]
+    assert answered_within(pings, 10.0, 20.0) == [(10.0, 0.2, 0.0), (19.5, 0.4, 0.0)]
+    assert answered_within([(1.0, 2.0)], 0.0, 3.0) == [(1.0, 2.0)]
+    assert answered_within([(1.0, 2.5)], 0.0, 3.0) == []
 
 
 def test_the_browser_runs_at_the_niceness_asked_and_never_above_the_scheduler():

@@ -31,7 +31,7 @@ import io
 import pickle
 import sys
 from array import array
-from typing import Any
+from typing import Any, NamedTuple
 
 #: memo entries moved per step (a memmove of 128 KiB)
 STEP = 16_384
@@ -52,16 +52,13 @@ def _read_size(address: int) -> int:
     return ctypes.c_size_t.from_address(address).value
 
 
-class _Layout:
+class _Layout(NamedTuple):
     """Where the memo and a list's items are, as offsets from ``id()``."""
 
-    __slots__ = ("memo", "memo_size", "memo_len", "list_items")
-
-    def __init__(self, memo: int, memo_size: int, memo_len: int, list_items: int):
-        self.memo = memo
-        self.memo_size = memo_size
-        self.memo_len = memo_len
-        self.list_items = list_items
+    memo: int
+    memo_size: int
+    memo_len: int
+    list_items: int
 
 
 def _probe() -> _Layout | None:
