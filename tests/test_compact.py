@@ -803,13 +803,23 @@ def test_remake_keys():
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("presized", [False, True])
 @pytest.mark.parametrize("make", [lambda: workloads.delayed(400), lambda: workloads.array(400), _mixed])
-def test_decoded_graph_equals_distributeds(make):
+def test_decoded_graph_equals_distributeds(make, presized, monkeypatch):
     """The fast unpickler gives what distributed's deserialize gives: plain
-    ``Task`` objects with the same slots, node by node."""
+    ``Task`` objects with the same slots, node by node; also with its memo
+    presized (``memo.presize``, taken here at any size) and handed over."""
+    from slimgraph.ingest import memo
+
+    sized = []
+    if presized:
+        monkeypatch.setattr(memo, "PRESIZE_MIN", 16)
+        real = memo.presize
+        monkeypatch.setattr(memo, "presize", lambda u, n: sized.append(real(u, n)) or sized[-1])
     x = make()
     header, frames, keys = submission(*(x if isinstance(x, list) else [x]))
     ours, _ = _materialize_graph(expr=decode.deserialize(header, frames), validate=False)
+    assert sized == ([True] if presized else [])
     theirs, _ = _materialize_graph(expr=deserialize(header, frames), validate=False)
     assert list(ours) == list(theirs)
     tasks = 0
@@ -914,7 +924,7 @@ def test_a_presized_memo_unpickles_the_same(monkeypatch):
     monkeypatch.setattr(memo, "PRESIZE_MIN", 64)
     values = [(i, f"value-{i}", [float(i)]) for i in range(5_000)]
     data = pickle.dumps(values, protocol=5)
-    bound = decode.memoized_at_most(data)
+    bound = memo.memoized_at_most(data)
     u = pickle.Unpickler(io.BytesIO(data))
     assert memo.presize(u, bound)
     got = u.load()
@@ -1213,7 +1223,7 @@ def test_key_table_answers_as_a_dict(keys, items, also_keys):
     asked = items + [keys[i] for i in also_keys if i < len(keys)]
     assert table.locate(asked).tolist() == [positions.get(k, -1) for k in asked]
     for k in asked[:5]:
-        assert table.get(k) == positions.get(k)
+        assert table.locate([k]).tolist() == [positions.get(k, -1)]  # (one item)
     # renumbered: the same keys listed in reverse
     rev = keys[::-1]
     where = np.arange(len(keys), dtype=np.int64)[::-1].copy()

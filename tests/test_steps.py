@@ -28,6 +28,9 @@ def test_conversions_equal_the_one_call_ones(n):
     assert steps.tolist(objs) == objs.tolist()
     keys = [("x", i, str(i % 3)) for i in range(n)]
     assert steps.list_map(len, keys) == list(map(len, keys))
+    lens = steps.int64s(len, keys)
+    assert lens.dtype == np.int64 and lens.tolist() == list(map(len, keys))
+    assert steps.int64s(len, keys, step=3).tolist() == list(map(len, keys))
     assert steps.types_of([*keys, *ints]) == set(map(type, [*keys, *ints]))
     assert steps.distinct([k[2] for k in keys]) == {k[2] for k in keys}
     d = {k: i for i, k in enumerate(keys)}

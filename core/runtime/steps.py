@@ -17,6 +17,7 @@ numpy's own sorts.
 """
 from __future__ import annotations
 
+from array import array
 from itertools import islice
 from typing import Any, Callable, Iterable, Sequence
 
@@ -30,15 +31,17 @@ STEP = 65_536
 RANDOM_ACCESS_STEP = 16_384
 
 
-def each_step(seq: Any, take: Callable) -> None:
-    """``take(part)`` for consecutive parts of ``seq`` of at most
-    :data:`STEP` items (``seq`` itself when it is that short)."""
+def each_step(seq: Any, take: Callable, step: int | None = None) -> None:
+    """``take(part)`` for consecutive parts of ``seq`` of at most ``step``
+    items (default :data:`STEP`; ``seq`` itself when it is that short)."""
+    if step is None:
+        step = STEP
     n = len(seq)
-    if n <= STEP:
+    if n <= step:
         take(seq)
         return
-    for lo in range(0, n, STEP):
-        take(seq[lo : lo + STEP])
+    for lo in range(0, n, step):
+        take(seq[lo : lo + step])
 
 
 def tolist(a: Any) -> list:
@@ -73,11 +76,27 @@ def list_of(items: Iterable) -> list:
         out += part
 
 
-def list_map(fn: Callable, seq: Sequence) -> list:
+def list_map(fn: Callable, seq: Sequence, step: int | None = None) -> list:
     """``list(map(fn, seq))``."""
     out: list = []
-    each_step(seq, lambda part: out.extend(map(fn, part)))
+    each_step(seq, lambda part: out.extend(map(fn, part)), step)
     return out
+
+
+def int64s(fn: Callable, seq: Sequence, step: int | None = None) -> Any:
+    """``fn(item)`` of each item, ints, as a numpy int64 array.
+
+    Filled into an ``array('q')`` a step at a time and viewed by numpy at
+    the end, not assigned into a numpy array per step: numpy gives the GIL
+    up around such a copy and takes it straight back, and CPython's waiting
+    thread asks for the GIL only after an interval with no switch, so a
+    loop of them kept the event loop waiting until the whole loop ended
+    (50 ms for 199 steps of 0.4 ms)."""
+    import numpy as np
+
+    out = array("q")
+    each_step(seq, lambda part: out.extend(map(fn, part)), step)
+    return np.frombuffer(out, dtype=np.int64)
 
 
 def types_of(seq: Sequence) -> set:

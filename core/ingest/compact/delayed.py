@@ -26,7 +26,7 @@ and the general path decides.
 from __future__ import annotations
 
 from array import array
-from itertools import accumulate, chain, islice
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -69,10 +69,7 @@ def toposort_positions(dependencies: dict) -> tuple[list, KeyTable, np.ndarray] 
     table = KeyTable.of(names)
     if table is None:
         return None
-    # (into an array, a step at a time: see slimgraph.ingest.compact.hashjoin.hashes)
-    lengths = array("q")
-    steps.each_step(sets, lambda part: lengths.extend(map(len, part)))
-    degree = np.frombuffer(lengths, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
+    degree = steps.int64s(len, sets)
     deps: list = []
     steps.each_step(sets, lambda part: deps.extend(chain.from_iterable(part)))
     target = table.locate(deps)
@@ -103,9 +100,8 @@ def toposort_positions(dependencies: dict) -> tuple[list, KeyTable, np.ndarray] 
     # of 812k ints were one C-level cascade that held the GIL (a 1.15 s
     # block of the event loop in a client-mode run under load)
     drain([dependents, start, waiting])
-    emitted_np = np.frombuffer(emitted, dtype=np.int64) if emitted else np.zeros(0, dtype=np.int64)
     out = steps.list_map(names.__getitem__, emitted)
-    return out, table, emitted_np
+    return out, table, np.frombuffer(emitted, dtype=np.int64)
 
 
 def delayed_part(hlg: Any, wanted: set) -> Part | None:
@@ -169,7 +165,7 @@ def _walk(hlg: Any, wanted: set, order: list, names: KeyTable, emitted: np.ndarr
     dep_keys: list = []
     steps.each_step(dep_sets, lambda part: dep_keys.extend(chain.from_iterable(part)))
     dep_off = array("q", [0])
-    steps.each_step(dep_sets, lambda part: _extend_offsets(dep_off, part))
+    dep_off.frombytes(np.cumsum(steps.int64s(len, dep_sets)).tobytes())
     dep_loc = array("q", table.locate(dep_keys).tobytes())
 
     # the cull, walking the layers (positions 0 .. n-1)
@@ -258,11 +254,6 @@ def _walk(hlg: Any, wanted: set, order: list, names: KeyTable, emitted: np.ndarr
 
 
 _dependencies_of = attrgetter("dependencies")
-
-
-def _extend_offsets(off: array, sets: list) -> None:
-    """Append to ``off`` the running end of each set's items."""
-    off.extend(islice(accumulate(map(len, sets), initial=off[-1]), 1, None))
 
 
 def _report(part: Part, first_layer: str) -> Part:

@@ -36,46 +36,23 @@ from slimgraph.runtime import steps
 from slimgraph.runtime.disposal import drain
 
 
-def _pairwise(fn: Any, left: list, right: list) -> np.ndarray:
-    """``fn(l, r)`` of each pair (bools), a step at a time."""
-    out = bytearray()
-    _each_at(left, lambda lo, part: out.extend(map(fn, part, right[lo : lo + len(part)])))
-    return np.frombuffer(out, dtype=bool).copy() if out else np.zeros(0, dtype=bool)
-
-
-def hashes(items: Sequence) -> np.ndarray:
-    """``hash(item)`` of each item, as int64, a step at a time.
-
-    (Into an ``array``, not a numpy array: a slice assignment per step gives
-    the GIL up for a moment and takes it straight back, so often that a
-    thread waiting for the GIL never asks for it (CPython asks only after
-    an interval with no switch) -- the event loop waited 50 ms for steps of
-    0.4 ms.)"""
-    out = array("q")
-    _each_at(items, lambda lo, part: out.extend(map(hash, part)))
-    return np.frombuffer(out, dtype=np.int64) if out else np.zeros(0, dtype=np.int64)
-
-
 #: items per step: each item an object read somewhere in a heap of a GB
 #: (a cache miss): 65k-item steps of ``hash`` took 30 ms in an idle process
 _STEP = 4096
 
 
-def _each_at(seq: Sequence, take: Any) -> None:
-    """``take(start, part)`` for consecutive parts of ``seq``."""
-    n = len(seq)
-    if n <= _STEP:
-        take(0, seq)
-        return
-    for lo in range(0, n, _STEP):
-        take(lo, seq[lo : lo + _STEP])
+def hashes(items: Sequence) -> np.ndarray:
+    """``hash(item)`` of each item, as int64, a step at a time."""
+    return steps.int64s(hash, items, _STEP)
 
 
-def _list_map(fn: Any, seq: Sequence) -> list:
-    """``list(map(fn, seq))``, a step at a time."""
-    out: list = []
-    _each_at(seq, lambda lo, part: out.extend(map(fn, part)))
-    return out
+def _pairwise(fn: Any, left: list, right: list) -> np.ndarray:
+    """``fn(l, r)`` of each pair, as bools, a step at a time (into a
+    ``bytearray``: see :func:`slimgraph.runtime.steps.int64s`)."""
+    out = bytearray()
+    for lo in range(0, len(left), _STEP):
+        out.extend(map(fn, left[lo : lo + _STEP], right[lo : lo + _STEP]))
+    return np.frombuffer(out, dtype=bool)
 
 
 class KeyTable:
@@ -108,9 +85,6 @@ class KeyTable:
         or sorted again)."""
         return KeyTable(keys, self.sorted_hashes, position[self.at])
 
-    def __len__(self) -> int:
-        return len(self.at)
-
     def locate(self, items: Sequence) -> np.ndarray:
         """The position of each item among the keys, -1 where it is none of
         them (int64)."""
@@ -128,8 +102,8 @@ class KeyTable:
         if len(hit):
             # (positions read from an array('q'): a list of 812k ints, freed
             # at once, was a 20-40 ms C call)
-            cand = _list_map(self.keys.__getitem__, array("q", pos[hit].tobytes()))
-            wanted = items if len(hit) == n else _list_map(items.__getitem__, array("q", hit.tobytes()))
+            cand = steps.list_map(self.keys.__getitem__, array("q", pos[hit].tobytes()), _STEP)
+            wanted = items if len(hit) == n else steps.list_map(items.__getitem__, array("q", hit.tobytes()), _STEP)
             # the dict's equality: the same object, or ``==`` (a NaN key
             # finds itself)
             equal = _pairwise(is_, cand, wanted)
@@ -143,7 +117,3 @@ class KeyTable:
             drain([cand] if wanted is items else [cand, wanted])
         return pos
 
-    def get(self, item: Any) -> int | None:
-        """The position of one item, None where it is no key."""
-        p = int(self.locate([item])[0])
-        return None if p < 0 else p
