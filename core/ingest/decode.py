@@ -118,27 +118,13 @@ def plain(header: dict, frames: list) -> bool:
     )
 
 
-#: bytes of the stream counted per call (:func:`memoized_at_most`)
-_COUNT_STEP = 1 << 20
-
-
-def memoized_at_most(data: Any) -> int:
-    """How many objects a protocol 4-5 pickle can memoize at most: its
-    ``MEMOIZE`` opcode bytes and any byte equal to it, counted a MiB at a
-    time."""
-    mv = memoryview(data).cast("B")
-    n = len(mv)
-    op = pickle.MEMOIZE[0]
-    return sum(bytes(mv[lo : lo + _COUNT_STEP]).count(op) for lo in range(0, n, _COUNT_STEP))
-
-
 def deserialize(header: dict, frames: list) -> Any:
     """``distributed.protocol.deserialize(header, frames)``, faster for
     pickled Tasks (see the module's docstring)."""
     if FAST and plain(header, frames):
         unpickler = _Unpickler(_FrameReader(frames[0]))
         # its memo made at its final size (slimgraph.ingest.memo.presize)
-        memo.presize(unpickler, memoized_at_most(frames[0]))
+        memo.presize_for(unpickler, frames[0])
         out = unpickler.load()
         # its memo released in steps, not when the unpickler goes (slimgraph.ingest.memo)
         held = memo.hand_over(unpickler)

@@ -10,7 +10,7 @@ delayed submission had (``bench --workload delayed``, 0.19 s) although it
 ran in the ingestion's thread.
 
 What. :func:`hand_over` moves the memo's references, a slice at a time,
-into new lists (a ``memmove`` of pointers into a list made for the purpose;
+into new lists (its pointers copied into a list made for the purpose,
 the memo's slots set to NULL), so that the unpickler's own cleanup finds
 nothing left to release, and returns the lists for
 :func:`slimgraph.runtime.disposal.drain`, which releases them in steps.
@@ -20,7 +20,7 @@ whose count is kept exact).
 
 This reads the C structs of CPython's ``_pickle.Unpickler`` and ``list``.
 Their layout is checked once, on a small unpickling whose memo is known,
-before it is ever relied on (:func:`_layout`); where the check fails (another
+before it is ever relied on (:func:`_probe`); where the check fails (another
 interpreter, another layout) :func:`hand_over` does nothing and the
 unpickler frees its memo itself, as before.
 """
@@ -33,7 +33,7 @@ import sys
 from array import array
 from typing import Any, NamedTuple
 
-#: memo entries moved per step (a memmove of 128 KiB)
+#: memo entries moved per step (128 KiB of pointers)
 STEP = 16_384
 
 _PTR = ctypes.sizeof(ctypes.c_void_p)
@@ -145,6 +145,27 @@ def presize(unpickler: pickle.Unpickler, entries: int) -> bool:
     ctypes.c_size_t.from_address(base + layout.memo_size).value = entries
     _free(old)
     return True
+
+
+#: bytes of a stream counted per call (:func:`memoized_at_most`)
+_COUNT_STEP = 1 << 20
+
+
+def memoized_at_most(data: Any) -> int:
+    """How many objects a protocol 4-5 pickle can memoize at most: its
+    ``MEMOIZE`` opcode bytes and any byte equal to it, counted a MiB at a
+    time."""
+    mv = memoryview(data).cast("B")
+    op = pickle.MEMOIZE[0]
+    return sum(bytes(mv[lo : lo + _COUNT_STEP]).count(op) for lo in range(0, len(mv), _COUNT_STEP))
+
+
+def presize_for(unpickler: pickle.Unpickler, data: Any) -> bool:
+    """:func:`presize` for the stream ``data`` (counted only where a memo
+    could be presized: the layout is known and the stream is long enough)."""
+    if _LAYOUT is None or len(memoryview(data).cast("B")) < PRESIZE_MIN:
+        return False
+    return presize(unpickler, memoized_at_most(data))
 
 
 def hand_over(unpickler: pickle.Unpickler) -> list:
