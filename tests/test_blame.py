@@ -264,12 +264,68 @@ def test_a_handler_sharing_the_gil_with_a_busy_ingestion_thread_is_the_handlers_
         while th.is_alive():
             await asyncio.sleep(0.002)
 
-    causes = _run(block)
-    c = max(causes, key=lambda c: c.seconds)
+    for _ in range(3):
+        causes = _run(block)
+        c = max(causes, key=lambda c: c.seconds)
+        if c.parts.get("no CPU", 0.0) < 0.1 * c.seconds:
+            break
+        # the machine's CPUs were busy elsewhere (the monitor says so): a
+        # run that shows what the test is about is measured again
+    else:
+        assert c.cause in ("no CPU", "other handler", "unknown"), c
+        return
     assert c.seconds >= 0.35
-    assert c.cause == "other handler", c
-    # (per-snapshot shares gave 0.5-0.85; read over SHARE_WINDOW, 0.94-0.97 on a loaded machine)
-    assert c.parts["other handler"] >= 0.8 * c.seconds, c.parts
+    # Never the ingestion's. The watchdog wants the GIL too: among three
+    # threads that want it, it can wait for it until the page is done (in
+    # about half of the runs on a 2-core machine); then no snapshot saw the
+    # loop's stack, and the loop's share of the CPU says only that it ran.
+    assert c.parts.get("ingestion", 0.0) <= 0.1 * c.seconds, c
+    if c.cause == "unknown":
+        assert c.label == "the loop ran a callback no snapshot saw", c
+    else:
+        assert (c.cause, c.label) == ("other handler", "bokeh: get"), c
+    assert c.parts[c.cause] >= 0.8 * c.seconds, c.parts
+
+
+def _frames(*codes):
+    return [blame.Frame(filename, name, name, 1) for filename, name in codes]
+
+
+PAGE = (os.path.join(SITE, "bokeh", "server", "views", "doc_handler.py"), "get")
+BUILD = (os.path.join(blame._PKG, "ingest", "build.py"), "build")
+IDLE = (os.path.join(os.sep, "usr", "lib", "python3.11", "selectors.py"), "select")
+
+
+def test_the_loops_share_is_read_over_the_part_of_the_stretch_it_had_work():
+    """A stretch of 60 ms whose first 45 ms the loop was idle (an ingestion
+    thread ran alone), then 15 ms of a page sharing the GIL with that
+    thread: 7 ms of the loop's CPU is under a quarter of the stretch but
+    half of the page's part of it. Read over the whole stretch, the page
+    would be the thread's block."""
+    page = {1: _frames(PAGE), 2: _frames(BUILD)}
+    names = {1: "MainThread", 2: "Dask-Offload_0"}
+    cpu = {1: 0.007, 2: 0.052}
+    assert blame.classify(page, 1, cpu, 0.060, names=names)[0] == "ingestion"
+    assert blame.classify(page, 1, cpu, 0.060, names=names, loop_busy=0.015) == ("other handler", "bokeh: get")
+    # a loop that waited for the thread's GIL all along stays the thread's
+    assert blame.classify(page, 1, {1: 0.0005, 2: 0.059}, 0.060, names=names, loop_busy=0.015)[0] == "ingestion"
+
+
+def test_a_loop_idle_at_the_snapshot_is_blamed_on_what_it_was_seen_running():
+    """The watchdog got the GIL only after the page was done: the loop is
+    idle in the snapshot, but it had its share of the block. What an
+    earlier snapshot of the block saw it run is the answer; with none, the
+    block is ``unknown`` (not the busy thread's)."""
+    idle = {1: _frames(IDLE), 2: _frames(BUILD)}
+    names = {1: "MainThread", 2: "Dask-Offload_0"}
+    cpu = {1: 0.19, 2: 0.25}
+    seen = ("other handler", "bokeh: get")
+    assert blame.classify(idle, 1, cpu, 0.46, names=names, loop_busy=0.40, loop_seen=seen) == seen
+    assert blame.classify(idle, 1, cpu, 0.46, names=names, loop_busy=0.40) \
+        == ("unknown", "the loop ran a callback no snapshot saw")
+    # without a fair share, the loop was waiting for the thread's GIL
+    assert blame.classify(idle, 1, {1: 0.004, 2: 0.45}, 0.46, names=names, loop_busy=0.40,
+                          loop_seen=seen)[0] == "ingestion"
 
 
 def test_a_collection_is_its_own_cause():

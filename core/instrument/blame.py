@@ -64,11 +64,13 @@ stack (``sys._current_frames()``) every few milliseconds and hands it to
 Who was busy is read from each thread's CPU clock, not guessed from its
 frame: over the last few snapshots (:data:`SHARE_WINDOW`), the thread that
 used the CPU is the one that ran. The loop is blamed on what it runs when it used a fair share of the
-CPU (a handler sharing the GIL with a busy thread gets about half);
-otherwise on the busiest other thread, whose GIL it was waiting for. A
-snapshot cannot be taken while one thread holds the GIL in a single C call
+CPU while it had work (a handler sharing the GIL with a busy thread gets
+about half); otherwise on the busiest other thread, whose GIL it was
+waiting for. A snapshot cannot be taken while one thread holds the GIL in
+a single C call, nor while the watchdog loses the GIL to two busy threads
 (the watchdog wakes late): the next one then weighs the whole stretch it
-missed, and the CPU clocks still say who held the GIL. The
+missed, and the CPU clocks still say who held the GIL; a loop that ran its
+share of a stretch no snapshot saw it in is ``unknown``. The
 attribution is a sample: exact to a few milliseconds for the loop's own
 work, to one snapshot for a single long call.
 """
@@ -255,7 +257,8 @@ SHARE_WINDOW = 0.05
 
 
 def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
-             skip: tuple = (), waits: dict | None = None, names: dict | None = None) -> tuple[str, str]:
+             skip: tuple = (), waits: dict | None = None, names: dict | None = None,
+             loop_busy: float | None = None, loop_seen: tuple | None = None) -> tuple[str, str]:
     """``(cause, label)`` of one snapshot of every thread's stack.
 
     ``frames`` is :func:`snapshot`'s (each thread's code objects, innermost
@@ -280,6 +283,18 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
     share of the stretch, makes it ``no CPU``. ``names``: thread id ->
     name, as read with the clocks (a thread may end before it is
     classified; by default, the live threads' names now).
+
+    ``loop_busy``: the seconds of the stretch in which the loop had work
+    (the blocks in it; by default all of it). The loop's share is read
+    against them: before a block began and after it ended the loop was
+    idle, and a stretch reaching back into that idle time would make a
+    handler sharing the GIL look like a loop waiting for it.
+    ``loop_seen``: what an earlier snapshot of the same block saw the loop
+    run, ``(cause, label)``; it is the answer when the loop had its share
+    of its busy part but is idle now (``unknown`` when no snapshot saw it). The watchdog needs the GIL too, and
+    among three threads that want it, it can wait for it until the block
+    is over (hundreds of milliseconds, seen with a page built on the loop
+    while an ingestion thread ran Python).
     """
     waits = waits or {}
     if names is None:
@@ -297,8 +312,13 @@ def classify(frames: dict, loop_tid: int | None, cpu: dict, elapsed: float,
     loop_wait = waits.get(loop_tid, 0.0)
     if running and loop_wait >= LOOP_SHARE * elapsed and loop_wait > loop_cpu:
         return "no CPU", f"the loop waited for a CPU, running {_label_of_loop(_callback(loop))}"
-    if running and (loop_cpu >= LOOP_SHARE * elapsed or loop_cpu >= busiest_cpu) and loop_cpu > floor:
+    busy = elapsed if loop_busy is None else min(max(loop_busy, 1e-6), elapsed)
+    # the busiest thread's CPU in the loop's busy part, taken as evenly spread
+    had_share = (loop_cpu >= LOOP_SHARE * busy or loop_cpu >= busiest_cpu * busy / elapsed) and loop_cpu > 0.1 * busy
+    if running and had_share:
         return _on_loop(_callback(loop))
+    if not running and had_share and loop_busy is not None:
+        return loop_seen or ("unknown", "the loop ran a callback no snapshot saw")
     if busiest is not None and busiest_cpu > floor:
         codes = frames[busiest]
         name = str(names.get(busiest, busiest))
@@ -335,6 +355,15 @@ def _dasks_own(c) -> bool:
     if owner == "distributed":
         return (os.sep + "protocol" + os.sep) in f
     return owner not in ("slimgraph", "python", "tornado")
+
+
+def loop_runs(frames: dict, loop_tid: int | None) -> tuple | None:
+    """What the loop runs in a snapshot, ``(cause, label)`` as
+    :func:`classify` would name it, or None when it is idle."""
+    loop = frames.get(loop_tid, []) if loop_tid is not None else []
+    if not loop or _is_idle(loop):
+        return None
+    return _on_loop(_callback(loop))
 
 
 def _on_loop(codes: list) -> tuple[str, str]:

@@ -253,6 +253,7 @@ class LoopMonitor:
         window: deque = deque()        # recent (time, CPU clocks, run-queue clocks): the shares' baseline
         tracked: float | None = None   # start tick of the block being sampled
         parts: list = []               # its (from, to, (cause, label)) stretches
+        seen: tuple | None = None      # what a snapshot of it last saw the loop run
         while not self._stop_evt.wait(self.watch_interval):
             cur = self.current_block_s()
             if cur >= self.warn_after and self._warned_for != self.last_tick:
@@ -278,8 +279,12 @@ class LoopMonitor:
             names: dict = {}
             cpu = _blame.thread_cpu(names)
             in_block = self.running and now - tick - self.interval > 0.002
-            cause = None
-            ended = self._block_end
+            cause = now_runs = None
+            # the blocks that had ended when the clocks were read: the
+            # watchdog may wait for the GIL between two lines of its own
+            # (seen for 400 ms), and one that ends meanwhile is not what
+            # this snapshot shows; the next wake-up takes it
+            ended = {a: b for a, b in list(self._block_end.items()) if b <= now}
             sampling = in_block or tracked is not None or bool(ended)
             frames = _blame.snapshot() if sampling else None
             # the shares are read over at least SHARE_WINDOW: the latest
@@ -291,9 +296,17 @@ class LoopMonitor:
             if frames is not None:
                 delta = {t: c - base_cpu.get(t, 0.0) for t, c in cpu.items()}  # new: all its CPU
                 waited = {t: w - base_waits[t] for t, w in waits.items() if t in base_waits}
+                # the part of the stretch in which the loop had work: its blocks
+                spans = [(a + self.interval, b) for a, b in list(ended.items())]
+                if in_block:
+                    spans.append((tick + self.interval, now))
+                busy = sum(max(0.0, min(b, now) - max(a, base_t)) for a, b in spans)
+                block_over = tracked is not None and tick != tracked
                 try:
                     cause = _blame.classify(frames, self._loop_thread_id, delta,
-                                            now - base_t, skip=(me,), waits=waited, names=names)
+                                            now - base_t, skip=(me,), waits=waited, names=names,
+                                            loop_busy=busy, loop_seen=seen)
+                    now_runs = _blame.loop_runs(frames, self._loop_thread_id) if in_block else None
                 except Exception:  # never let attribution break the monitor
                     cause = ("unknown", "attribution failed")
                 del frames
@@ -302,20 +315,24 @@ class LoopMonitor:
                 # since the last wake-up (a whole stall, if the watchdog
                 # could not run) goes to what this snapshot shows
                 end = ended.pop(tracked, None)
+                self._block_end.pop(tracked, None)
                 if end is not None and end > prev_t and cause is not None:
                     _stretch(parts, prev_t, end, cause)
                 self._close(tracked, end, parts)
-                tracked, parts = None, []
-            for start_tick in [t for t in list(ended) if t != tick]:
+                tracked, parts, seen = None, [], None
+            for start_tick in [t for t in ended if t != tick]:
                 # a block that began and ended between two wake-ups: one
                 # stall in which the watchdog could not run at all
                 end = ended.pop(start_tick, None)
+                self._block_end.pop(start_tick, None)
                 if end is not None and cause is not None:
                     self._close(start_tick, end, [(start_tick + self.interval, end, cause)])
             if in_block and cause is not None:
                 start = tick + self.interval
                 _stretch(parts, max(prev_t, start), now, cause)
                 tracked = tick
+                if now_runs is not None:
+                    seen = now_runs
             prev_t, prev_cpu, prev_waits = now, cpu, waits
         if runq is not None:
             runq.close()
