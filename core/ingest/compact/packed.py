@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from slimgraph.shim.compact import GraphNode, Task, TaskRef
-from .fastnodes import ENABLED as FAST_NODES, NO_DEPS as _NO_DEPS, task as fast_task
+from .fastnodes import ENABLED as FAST_NODES, NO_DEPS as _NO_DEPS, task as fast_task, task_on_ref
 from .graph import MASK, NODE, SHIFT, FusedSource, TaskOnlySource, ValueSource
 
 #: item tags (the low two bits of an item): an argument that references a
@@ -89,8 +89,7 @@ class PackedSource(TaskOnlySource):
             x = self.items[a]
             tag = x & 3
             if tag == REF:
-                k = keys[x >> _TAG_BITS]
-                return fast_task(keys[i], self.funcs[self.fidx[local]], (TaskRef(k),), {}, frozenset((k,)))
+                return task_on_ref(keys[i], self.funcs[self.fidx[local]], keys[x >> _TAG_BITS])
             if tag == INT:
                 return fast_task(keys[i], self.funcs[self.fidx[local]], (x >> _TAG_BITS,), {}, _NO_DEPS)
         args: list = []
