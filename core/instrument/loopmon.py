@@ -274,8 +274,10 @@ class LoopMonitor:
             # (a system call), and nothing may come between the CPU clocks
             # and the stacks, which must show the threads where the clocks saw them
             waits = runq.read(self._loop_thread_id, _blame.WAITED_FOR)
-            now = time.perf_counter()
+            # the last tick before the clock: a block that ended by then
+            # ended at or before that tick, so it is among ``ended`` below
             tick = self.last_tick
+            now = time.perf_counter()
             names: dict = {}
             cpu = _blame.thread_cpu(names)
             in_block = self.running and now - tick - self.interval > 0.002
@@ -301,7 +303,6 @@ class LoopMonitor:
                 if in_block:
                     spans.append((tick + self.interval, now))
                 busy = sum(max(0.0, min(b, now) - max(a, base_t)) for a, b in spans)
-                block_over = tracked is not None and tick != tracked
                 try:
                     cause = _blame.classify(frames, self._loop_thread_id, delta,
                                             now - base_t, skip=(me,), waits=waited, names=names,
@@ -315,7 +316,8 @@ class LoopMonitor:
                 # since the last wake-up (a whole stall, if the watchdog
                 # could not run) goes to what this snapshot shows
                 end = ended.pop(tracked, None)
-                self._block_end.pop(tracked, None)
+                if end is not None:
+                    self._block_end.pop(tracked, None)  # (the loop may have cleared it)
                 if end is not None and end > prev_t and cause is not None:
                     _stretch(parts, prev_t, end, cause)
                 self._close(tracked, end, parts)
@@ -323,7 +325,7 @@ class LoopMonitor:
             for start_tick in [t for t in ended if t != tick]:
                 # a block that began and ended between two wake-ups: one
                 # stall in which the watchdog could not run at all
-                end = ended.pop(start_tick, None)
+                end = ended.pop(start_tick)
                 self._block_end.pop(start_tick, None)
                 if end is not None and cause is not None:
                     self._close(start_tick, end, [(start_tick + self.interval, end, cause)])
