@@ -159,13 +159,12 @@ class KeyPositions:
         return [] if self._dict is None else [self._dict]
 
 
-def key_positions(keys: list, into: dict | None = None) -> dict:
+def key_positions(keys: list) -> dict:
     """``{key: its index in keys}``, made in steps: one ``dict(zip(...))``
     of a million keys is one C call that holds the GIL for 0.3 s, a block
     of the event loop although it runs in the build thread; between steps
-    the interpreter can switch. ``into``: a dict to write the positions in
-    (and return); where it holds every key already, no table grows."""
-    out: dict = {} if into is None else into
+    the interpreter can switch."""
+    out: dict = {}
     update = out.update
     for lo in range(0, len(keys), _POSITIONS_STEP):
         hi = lo + _POSITIONS_STEP
