@@ -299,7 +299,7 @@ class LoopMonitor:
                 delta = {t: c - base_cpu.get(t, 0.0) for t, c in cpu.items()}  # new: all its CPU
                 waited = {t: w - base_waits[t] for t, w in waits.items() if t in base_waits}
                 # the part of the stretch in which the loop had work: its blocks
-                spans = [(a + self.interval, b) for a, b in list(ended.items())]
+                spans = [(a + self.interval, b) for a, b in ended.items()]
                 if in_block:
                     spans.append((tick + self.interval, now))
                 busy = sum(max(0.0, min(b, now) - max(a, base_t)) for a, b in spans)
