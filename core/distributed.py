@@ -29,7 +29,7 @@ from slimgraph import config, shim
 from slimgraph.ingest.pipeline import Pipeline
 from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.state import SlimSchedulerState
-from slimgraph.runtime import finalizers, gcpause
+from slimgraph.runtime import finalizers, gcpause, threads
 
 Scheduler = shim.Scheduler
 
@@ -37,12 +37,21 @@ Scheduler = shim.Scheduler
 class SlimScheduler(SlimSchedulerState, Scheduler):
     """distributed's Scheduler, ingesting graphs with the slim engine."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        threads.attach(self)
+
     async def close(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().close(*args, **kwargs)
         finally:
-            # a closed scheduler's tasks must not stay frozen (slimgraph.gc)
+            # nothing of slimgraph's outlives the scheduler: its tasks must
+            # not stay frozen (slimgraph.gc), its timers end, and the threads
+            # end with the last slim scheduler of the process
             gcpause.on_idle()
+            if self.slim_finalizers is not None:
+                self.slim_finalizers.stop()
+            threads.detach(self)
 
     #: dashboard components whose finalizer removes a plugin they added
     #: (slimgraph.runtime.finalizers): run when stock's collector would
@@ -171,6 +180,7 @@ def make_slim(scheduler: Scheduler) -> SlimScheduler:
     _rebind_handlers(scheduler)
     scheduler.slim_lazy = bool(config.get("lazy-containers"))
     scheduler.use_task_queue()
+    threads.attach(scheduler)
     return scheduler  # type: ignore[return-value]
 
 

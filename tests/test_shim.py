@@ -417,3 +417,26 @@ def test_messages_hook_and_fields():
     state = Hooked.__new__(Hooked)
     assert shim.scheduler_task_msg(state, "x") == {"op": "compute-task", "key": "x"} and seen == ["x"]
     assert shim.TransitionHook._task_to_msg is shim.SchedulerState._task_to_msg  # (the base class untouched)
+
+
+# -- CPython -------------------------------------------------------------------
+def test_dict_contents_swap_is_a_clear_and_update_in_both_directions():
+    import gc
+
+    from slimgraph.shim import cpython
+
+    assert cpython.dict_swap_available()  # on every interpreter CI runs
+    held = {}  # what a plugin holds: the scheduler's dict itself
+    new = {("x", i): [i] for i in range(5000)}
+    want = dict(new)
+    cpython.swap_dict_contents(held, new)
+    assert held == want and list(held) == list(want) and new == {}
+    assert gc.is_tracked(held)  # an empty dict starts untracked; now it holds lists
+    held[("y", 0)] = [1]  # the adopted table grows, shrinks and iterates as its own
+    del held[("x", 0)]
+    assert len(held) == 5000 and list(held)[-1] == ("y", 0)
+    old = {"a": 1}
+    cpython.swap_dict_contents(held, old)
+    assert held == {"a": 1} and len(old) == 5000
+    with pytest.raises(TypeError):
+        cpython.swap_dict_contents(held, __import__("collections").OrderedDict())

@@ -559,7 +559,8 @@ def test_unrelated_new_keys_during_the_build_do_not_refuse():
 def test_commit_adopts_the_build_s_task_dict_seeded_with_the_scheduler_s(change, reseeded):
     """A scheduler that holds a few tasks before a bigger staged build: the
     build's dict begins with a copy of the scheduler's entries, and the
-    commit adopts it while the scheduler's entries are still the ones
+    commit takes its table over (into the scheduler's own dict, which stays
+    the same object) while the scheduler's entries are still the ones
     copied (or copied again by ``reseed`` after they changed), else it
     updates its own; either way the scheduler's dict ends with
     ``update``'s entries in ``update``'s order, and the build's own tasks
@@ -593,11 +594,13 @@ def test_commit_adopts_the_build_s_task_dict_seeded_with_the_scheduler_s(change,
                     assert b.tasks is not made and applier.seed_current(s, b)
                     made = b.tasks
                     assert not any(b.is_new(ts) for ts in s.tasks.values())
-            own = s.tasks
+            own, had = s.tasks, list(s.tasks.values())
             how = add_tasks(s, b)
             adopted = change is None or reseeded
             assert how == ("seeded" if adopted else "updated")
-            assert (s.tasks is made) is adopted and (s.tasks is own) is (not adopted)
+            assert s.tasks is own
+            # taken over: the build's dict object now holds the scheduler's old table
+            assert (list(made.values()) == had) is adopted
             assert list(s.tasks.items()) == expected
             # what the build leaves to be freed is never the scheduler's dict
             assert not any(c is s.tasks for c in b.temporaries())
@@ -626,8 +629,9 @@ def test_a_key_of_the_graph_added_meanwhile_refuses_a_seeded_build():
 
 
 def test_an_empty_scheduler_adopts_the_build_s_task_dict():
-    """Nothing to merge with: the build's own dict becomes the scheduler's
-    (no copy on the loop), and it is not freed with the build's temporaries."""
+    """Nothing to merge with: the build's table becomes the scheduler's (no
+    copy on the loop; the scheduler's dict stays the same object), and it is
+    not freed with the build's temporaries."""
     from slimgraph.distributed import SlimScheduler
 
     async def body():
@@ -635,9 +639,9 @@ def test_an_empty_scheduler_adopts_the_build_s_task_dict():
             dsk, keys = _graph("x")
             b, plan = await _built(s, dsk, keys)
             assert b.seed is None
-            made = b.tasks
+            made, own = b.tasks, s.tasks
             assert commit(s, b, plan) is not None
-            assert s.tasks is made and b.adopted
+            assert s.tasks is own and b.adopted and not made  # the table moved, not copied
             assert len(s.tasks) == 31 and set(s.tasks) == set(dsk)
             assert not any(c is s.tasks for c in b.temporaries())
             assert s.tasks["x-total"].state == "waiting"

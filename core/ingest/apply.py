@@ -52,6 +52,7 @@ from time import perf_counter
 from typing import Any
 
 from slimgraph import shim
+from slimgraph.shim import cpython
 from slimgraph.ingest import deliveries, dispatch, tail
 from slimgraph.ingest.build import Build, generation, seed_copy, task_read, warn_collisions
 from slimgraph.ingest.replay import INLINED, Plan, blame, initial_recommendations
@@ -342,31 +343,32 @@ def add_tasks(state: Any, b: Build) -> str:
     """Add the build's tasks to the scheduler's task dict, in stock's order
     (the scheduler's entries, then the build's, as ``update`` leaves them).
 
-    Why not ``update``. Adding a million entries makes a new hash table of
-    ~40 MB that the loop is the first to touch: 10,241 page faults, 0.1 to
-    0.6 s of the commit in the scheduler process (a 1M-task array; up to
-    50 us a fault on this machine's VM), and copying into an empty dict
-    faults a new table just the same. So the table is made and touched in
-    the build thread, and the commit only assigns the build's own dict:
+    The scheduler's dict stays the same object (distributed's
+    ``wait_for_state`` and plugins hold it). Adding a million entries with
+    ``update`` would allocate a new table of ~40 MB that the loop is the
+    first to touch (0.1 to 0.6 s of page faults at 1M tasks). So the table
+    is made and touched in the build thread, and the commit hands its
+    contents to the scheduler's dict in O(1) (slimgraph.shim.cpython):
     when the scheduler holds no task, or when the build's dict was seeded
     with the scheduler's entries (slimgraph.ingest.build.seed, or
     :func:`reseed` after they changed) and those are still the ones
-    copied. distributed keeps no reference to
-    ``SchedulerState.tasks``; it reads the attribute each time. Otherwise
-    (the entries changed meanwhile, or the scheduler held many): ``update``.
+    copied. The build's dict object then holds the scheduler's old table,
+    freed off the loop with the build's other temporaries. Otherwise (the
+    entries changed meanwhile, the scheduler held many, or the interpreter
+    failed the swap's check): ``update``.
 
     Returns how: ``"adopted"``, ``"seeded"`` or ``"updated"``."""
     tasks = state.tasks
     seed = b.seed
-    if seed is None:
-        if not tasks and b.tasks:
-            state.tasks = b.tasks
-            b.adopted = True
-            return "adopted"
-    elif seed_current(state, b):
-        state.tasks = b.tasks
+    if b.tasks and cpython.dict_swap_available() and (
+        (seed is None and not tasks) or (seed is not None and seed_current(state, b))
+    ):
+        old = b.tasks
+        cpython.swap_dict_contents(tasks, old)
+        b.tasks = tasks
+        b.scratch.append(old)
         b.adopted = True
-        return "seeded"
+        return "adopted" if seed is None else "seeded"
     tasks.update(b.new_items())
     return "updated"
 

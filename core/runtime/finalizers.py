@@ -103,6 +103,13 @@ class HeldFinalizers:
             return
         self._schedule()
 
+    def stop(self) -> None:
+        """The scheduler closed: no more checks (its loop may be ending)."""
+        self.watched = []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def _schedule(self) -> None:
         if self._timer is not None or not self.watched:
             return

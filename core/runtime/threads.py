@@ -25,6 +25,12 @@ collector's pause and freeze, the switch interval) count their holds.
 
 The threads are named ``slimgraph-ingest_<n>``, so that the loop's block
 monitor can tell them apart from other threads.
+
+Lifetime: the pool lives while a slim scheduler of the process does.
+Schedulers :func:`attach` when made and :func:`detach` when closed; the last
+detach shuts the pool down (its threads end as soon as a step still running
+is done, as distributed's test harness expects of a closed scheduler), and
+the next offload makes a new one.
 """
 from __future__ import annotations
 
@@ -32,18 +38,44 @@ import asyncio
 import contextvars
 import functools
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from slimgraph import config
 
-__all__ = ["THREAD_NAME", "offload", "executor"]
+__all__ = ["THREAD_NAME", "attach", "detach", "executor", "offload"]
 
 #: the prefix of the pool's thread names
 THREAD_NAME = "slimgraph-ingest"
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
+#: the schedulers the pool serves (weakly: one never closed does not keep it)
+_users: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def attach(owner: Any) -> None:
+    """``owner`` (a slim scheduler) may offload until it :func:`detach` es."""
+    with _lock:
+        _users.add(owner)
+
+
+def detach(owner: Any) -> None:
+    """``owner`` is closed: the last one shuts the pool down."""
+    global _executor
+    with _lock:
+        _users.discard(owner)
+    _shut_down_if_unused()
+
+
+def _shut_down_if_unused() -> None:
+    global _executor
+    with _lock:
+        if _users or _executor is None:
+            return
+        pool, _executor = _executor, None
+    pool.shutdown(wait=False)
 
 
 def executor() -> ThreadPoolExecutor:
@@ -62,4 +94,8 @@ async def offload(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` in one of the pool's threads, in the calling
     task's context (context variables are seen there as here)."""
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(executor(), call)
+    try:
+        return await asyncio.get_running_loop().run_in_executor(executor(), call)
+    finally:
+        if not _users:  # a caller that is no scheduler, or one closed meanwhile
+            _shut_down_if_unused()
