@@ -3,7 +3,7 @@
     python benchmarks/hook_overhead.py --workload array --tasks 1000000 --repeat 2
 
 Replays the same captured submission into fresh stock schedulers, with and
-without slimgraph's phase recording (``slimgraph.instrument.stock``),
+without slimgraph's phase recording (``slimgraph.instrument.stock_recorder``),
 alternating, and prints the update_graph wall times and the overhead.
 """
 from __future__ import annotations

@@ -56,7 +56,7 @@ async def main(tasks: int, kind: str) -> None:
 
     from slimgraph.workloads import array
     from slimgraph.distributed import SlimScheduler
-    from slimgraph.instrument import stock as stock_hooks
+    from slimgraph.instrument import stock_recorder as stock_hooks
     from slimgraph.instrument.lazysets import census_async
     from slimgraph.instrument.memory import memory_tree, memory_tree_async
     from slimgraph.instrument.recorder import get_history

@@ -1,12 +1,6 @@
-"""``panel serve``: the slimgraph dashboard (one app per browser session).
+"""``panel serve dashboard`` from a checkout: the app is the package
+``slimgraph.dashboard`` (core/slimgraph/dashboard/), run afresh for each
+browser session as Panel runs a served script."""
+import runpy
 
-Served from a checkout (``panel serve dashboard``) or from the installed
-package's directory; either way the app is the installed package
-``slimgraph.dashboard``.
-"""
-import panel as pn
-
-from slimgraph.dashboard.app import build
-
-pn.extension("tabulator")  # the job history table needs its resources
-build().servable(title="slimgraph dashboard")
+runpy.run_module("slimgraph.dashboard.main", run_name="slimgraph_dashboard_session")

@@ -159,7 +159,7 @@ def test_the_browser_runs_at_the_niceness_asked_and_never_above_the_scheduler():
     import os
     import subprocess
 
-    from slimgraph.bench.dashboard import browser_executable
+    from slimgraph.bench.browser import browser_executable
 
     script = browser_executable("/bin/sh", 7)
     out = subprocess.run([script, "-c", "nice; grep CapEff /proc/self/status"], capture_output=True,

@@ -24,7 +24,7 @@ TIMED = ("widget_answer_seconds", "page_load_seconds", "page_plots_seconds",
 
 
 def test_dashboard_mode_measures_the_page_and_soaks(tmp_path):
-    from slimgraph.bench.dashboard import TARGETS
+    from slimgraph.bench.browser import TARGETS
 
     out = tmp_path / "dash.json"
     proc = subprocess.run(
@@ -126,7 +126,7 @@ def test_page_errors_name_their_tab_and_frame():
     names the tab it came from and, for a page error, where it was raised."""
     from playwright.sync_api import sync_playwright
 
-    from slimgraph.bench.dashboard import Watch, launch_browser
+    from slimgraph.bench.browser import Watch, launch_browser
 
     watch = Watch()
     with sync_playwright() as pw:

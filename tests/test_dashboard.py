@@ -264,7 +264,7 @@ def test_add_pages_is_explicit_idempotent_and_per_scheduler():
 async def _close(s) -> None:
     """Close an in-process scheduler and undo the phase hooks, which patch
     module globals of distributed and dask while any scheduler is hooked."""
-    from slimgraph.instrument.stock import uninstall
+    from slimgraph.instrument.stock_recorder import uninstall
 
     uninstall(s)
     await s.close()
@@ -563,7 +563,7 @@ def _ingested_tasks(requests: list[tuple[str, int]]) -> list[int]:
                         await asyncio.sleep(0.02)
                     out.append(hist.latest().tasks)
                     await c.cancel(fut)
-            from slimgraph.instrument.stock import uninstall
+            from slimgraph.instrument.stock_recorder import uninstall
 
             uninstall(s)
             return out

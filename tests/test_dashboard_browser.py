@@ -29,7 +29,7 @@ import pytest
 from subprocs import Proc, dask_scheduler, free_port, wait_http
 
 # the data of a named ColumnDataSource, read in the page (the bench's own reader)
-from slimgraph.bench.dashboard import SOURCE_JS
+from slimgraph.bench.browser import SOURCE_JS
 
 pytestmark = [pytest.mark.browser, pytest.mark.cluster]
 

@@ -40,7 +40,7 @@ from slimgraph.instrument.loopmon import LoopMonitor
 from slimgraph.instrument.memory import memory_tree, memory_tree_async
 from slimgraph.instrument.memray_capture import arm
 from slimgraph.instrument.offline_html import remote_assets
-from slimgraph.instrument.stock import OTHER, install, records_own_phases
+from slimgraph.instrument.stock_recorder import OTHER, install, records_own_phases
 from slimgraph.instrument.records import PHASES
 
 pytestmark = pytest.mark.timeout(120)

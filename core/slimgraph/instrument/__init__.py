@@ -18,4 +18,4 @@ from slimgraph.instrument.recorder import (  # noqa: F401
     get_extension,
     get_history,
 )
-from slimgraph.instrument.stock import StockRecorderPlugin, install, uninstall  # noqa: F401
+from slimgraph.instrument.stock_recorder import StockRecorderPlugin, install, uninstall  # noqa: F401

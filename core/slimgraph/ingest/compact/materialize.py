@@ -48,7 +48,7 @@ from .graph import NODE, SHIFT, CompactGraph, FusedSource, ValueSource
 from .layers import GraphLayers
 from .packed import pack, remake_keys
 from .legacy import LegacyReader
-from .stock import stock_graph
+from .fallback import stock_graph
 from .unsupported import OrderDependent, Unsupported
 
 logger = logging.getLogger(__name__)

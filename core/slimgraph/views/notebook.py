@@ -214,10 +214,11 @@ def _as_dict(summary: Any) -> dict:
 
 
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "/core/"):
+    """A source path from its package on (``slimgraph/...``, ``dask/...``)."""
+    for marker in ("/slimgraph/", "site-packages/"):
         i = path.rfind(marker)
         if i >= 0:
-            return ("slimgraph/" if marker == "/core/" else "") + path[i + len(marker):]
+            return path[i + 1 if marker == "/slimgraph/" else i + len(marker):]
     return path
 
 

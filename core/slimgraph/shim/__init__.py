@@ -131,7 +131,7 @@ key_split = getattr(_cached_key_split, "__wrapped__", _cached_key_split)
 
 
 # ---------------------------------------------------------------------------
-# Stock's update_graph, as the instruments time it (slimgraph.instrument.stock)
+# Stock's update_graph, as the instruments time it (slimgraph.instrument.stock_recorder)
 # ---------------------------------------------------------------------------
 import distributed.scheduler as _scheduler_module  # noqa: E402
 

@@ -90,7 +90,7 @@ from slimgraph.runtime.threads import THREAD_NAME
 #: The package directory: frames from here are slimgraph's.
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: Sub-packages of slimgraph that measure or show rather than ingest.
-_INSTRUMENT_DIRS = tuple(_PKG + d + os.sep for d in ("instrument", "views", "bench"))
+_INSTRUMENT_DIRS = tuple(_PKG + d + os.sep for d in ("instrument", "views", "bench", "dashboard"))
 #: slimgraph's ingestion pipeline (staging, commit, the slices after it,
 #: the plugin calls it owes) and its ordering.
 _INGEST_DIRS = (_PKG + "ingest" + os.sep, _PKG + "order.py")

@@ -45,7 +45,7 @@ SLIM_KINDS = ("slim", "slim-dask")
 
 
 async def _measure(cls, kind: str, payload: dict, trace: bool, hooks: bool) -> dict:
-    from slimgraph.instrument import stock as stock_hooks
+    from slimgraph.instrument import stock_recorder as stock_hooks
     from slimgraph.instrument.recorder import get_history
     from slimgraph.instrument.records import rss_bytes
 

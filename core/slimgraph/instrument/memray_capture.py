@@ -1,7 +1,7 @@
 """memray capture of ONE update_graph, on demand, for stock and slim schedulers.
 
 :func:`arm` hooks the scheduler's ``update_graph`` coroutine (the same
-instance-level wrapper :mod:`slimgraph.instrument.stock` installs; for slim
+instance-level wrapper :mod:`slimgraph.instrument.stock_recorder` installs; for slim
 schedulers only that hook, no phase wrappers) and leaves a
 :class:`MemrayCapture` in ``scheduler.extensions["slimgraph"].memray_armed``.
 The next ``update_graph`` on that scheduler runs entirely under
@@ -221,7 +221,7 @@ def arm(scheduler: Any, path: str | os.PathLike | None = None, *,
     :class:`MemrayCapture`; ``await cap.wait()`` then ``cap.summary()``.
     """
     from slimgraph.instrument.recorder import get_extension
-    from slimgraph.instrument.stock import install
+    from slimgraph.instrument.stock_recorder import install
 
     ext = get_extension(scheduler)
     hooks = getattr(ext, "hooks", None)

@@ -2,7 +2,7 @@
 
 Both schedulers keep their :class:`~slimgraph.instrument.records.History` at
 ``scheduler.extensions["slimgraph"].history``. The slim engine fills it
-itself; :mod:`slimgraph.instrument.stock` fills it for a stock scheduler.
+itself; :mod:`slimgraph.instrument.stock_recorder` fills it for a stock scheduler.
 :func:`get_history` works for both and creates the extension if missing.
 
 The extension also owns the event-loop :class:`LoopMonitor`, the memray
@@ -223,7 +223,7 @@ class SlimgraphExtension:
     def recording(self) -> bool:
         """True when this scheduler's submissions are recorded: it records
         its own (slim), or the stock phase hooks are installed."""
-        from slimgraph.instrument.stock import records_own_phases
+        from slimgraph.instrument.stock_recorder import records_own_phases
 
         if records_own_phases(self.scheduler):
             return True
@@ -267,10 +267,10 @@ class SlimgraphExtension:
         return [] if s is None else s.to_records()
 
     def install(self, record_phases: Any = "auto") -> str:
-        """Hook update_graph (:func:`slimgraph.instrument.stock.install`):
+        """Hook update_graph (:func:`slimgraph.instrument.stock_recorder.install`):
         ``"phases"`` when stock phases are timed, ``"hook-only"`` for a
         scheduler that records its own."""
-        from slimgraph.instrument.stock import install
+        from slimgraph.instrument.stock_recorder import install
 
         hooks = install(self.scheduler, record_phases=record_phases)
         return "phases" if hooks.record_phases else "hook-only"

@@ -18,7 +18,7 @@ serialization, into the instrument's objects: :class:`SubmissionRecord`
   on) answers an unknown handler with ``None``; no handler of ours does, so
   the feed raises :class:`NotInstalled` saying what to do.
   :meth:`RemoteFeed.install` installs it: it registers a
-  :class:`~slimgraph.instrument.stock.StockRecorderPlugin` on the scheduler
+  :class:`~slimgraph.instrument.stock_recorder.StockRecorderPlugin` on the scheduler
   (pickled, so the scheduler must be able to import slimgraph).
 
 Every reading method is a coroutine that may be awaited on any running
@@ -251,7 +251,7 @@ class RemoteFeed(Feed):
         return await super().install(record_phases)
 
     async def _register_plugin(self, record_phases: bool | str) -> None:
-        from slimgraph.instrument.stock import StockRecorderPlugin
+        from slimgraph.instrument.stock_recorder import StockRecorderPlugin
 
         # on the client's loop, Client.register_plugin returns an awaitable
         await self.client.register_plugin(StockRecorderPlugin(record_phases=record_phases))

@@ -996,7 +996,7 @@ def soak(page, ctx, url: str, watch: Watch, app: AppProcess, minutes: float, tas
 def checkout_commit() -> str | None:
     """The commit of the checkout the app runs from (``+dirty`` with local
     changes), or None outside a git checkout."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parent  # (git finds the checkout's top)
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
                               text=True, timeout=10).stdout.strip()

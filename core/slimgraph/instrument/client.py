@@ -5,7 +5,7 @@ scheduler side is the ``slimgraph`` extension's ``slimgraph_*`` handlers.
 A scheduler started with ``--preload slimgraph.distributed`` (slim) or
 ``--preload slimgraph.views.tab`` (stock) has them from the start; on any
 other scheduler call :func:`install` first, which registers a
-:class:`~slimgraph.instrument.stock.StockRecorderPlugin` there (the scheduler
+:class:`~slimgraph.instrument.stock_recorder.StockRecorderPlugin` there (the scheduler
 must be able to import slimgraph). Before that, every other helper raises
 :class:`~slimgraph.instrument.feed.NotInstalled` saying so.
 

@@ -50,7 +50,7 @@ from typing import Any, Iterator
 
 from slimgraph.instrument.feed import LocalFeed
 from slimgraph.instrument.recorder import get_extension, scheduler_kind
-from slimgraph.instrument.stock import records_own_phases
+from slimgraph.instrument.stock_recorder import records_own_phases
 
 logger = logging.getLogger(__name__)
 

@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.mode == "dashboard":
         if a.only:
             ap.error("--only is for --mode engine")
-        from slimgraph.bench.dashboard import bench_dashboard, format_dashboard_table
+        from slimgraph.bench.browser import bench_dashboard, format_dashboard_table
 
         print(format_dashboard_table(bench_dashboard(a.workload, a.tasks, a.soak_minutes, a.json_path)))
         return

@@ -129,7 +129,7 @@ class Pipeline:
             cull = shim.culls_explicitly(expr)
             with rec.phase("materialize", where="offload") as p:
                 if config.get("compact-ingestion"):
-                    # culled here already where stock culls (see compact.stock)
+                    # culled here already where stock culls (see compact.fallback)
                     dsk = await threads.offload(compact.materialize, expr, keys, cull, s.validate)
                     annotations_by_type = dsk.annotations
                     cull = False

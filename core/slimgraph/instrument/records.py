@@ -1,7 +1,7 @@
 """Phase records: what one ``update_graph`` spent, phase by phase.
 
 Both schedulers produce the same records: the slim engine times its own
-phases, and :mod:`slimgraph.instrument.stock` times an unmodified stock
+phases, and :mod:`slimgraph.instrument.stock_recorder` times an unmodified stock
 scheduler from the outside. Everything that shows time (the benchmark, the
 profile command, the dashboard, the notebooks) reads these records, so they
 are plain data: dataclasses that turn into dicts and DataFrame rows.

@@ -56,7 +56,7 @@ async def profile(workload: str, tasks: int, kind: str, sample: Any = "auto") ->
 
     from slimgraph.workloads import WORKLOADS
     from slimgraph.distributed import SlimScheduler
-    from slimgraph.instrument import stock as stock_hooks
+    from slimgraph.instrument import stock_recorder as stock_hooks
     from slimgraph.instrument.memory import memory_tree_async
     from slimgraph.instrument.recorder import get_history
 

@@ -10,7 +10,7 @@ For each kind (stock, then slim, same run, same workload):
    single-threaded worker processes (``dask worker``);
 2. connect a :class:`distributed.Client`, install the recorder (stock's
    ``update_graph`` is instrumented from outside, see
-   :mod:`slimgraph.instrument.stock`);
+   :mod:`slimgraph.instrument.stock_recorder`);
 3. while a second connection pings the scheduler every 20 ms (``identity``,
    a plain RPC: the latency another client or a heartbeat sees), submit the
    collection with ``client.compute`` and wait for the result, or with
@@ -297,7 +297,7 @@ class _LoadRun:
         raised a JavaScript error)."""
         from playwright.async_api import async_playwright
 
-        from slimgraph.bench.dashboard import launch_browser
+        from slimgraph.bench.browser import launch_browser
 
         async with async_playwright() as pw:
             browser = await launch_browser(pw, self.nice)
