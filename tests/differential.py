@@ -306,3 +306,14 @@ async def wait_idle(
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(Counter(ts.state for ts in s.tasks.values()))
         await asyncio.sleep(0.02)
+
+
+def cpython_checks_failed(monkeypatch: Any) -> None:
+    """Make every mechanism of :mod:`slimgraph.shim.cpython` answer as if
+    its check had failed at import (another interpreter, another layout):
+    the callers' plain paths, for the rest of the test."""
+    from slimgraph.shim import cpython
+
+    for name, failed in (("_AVAILABLE", False), ("_SIZES", None), ("_LAYOUT", None),
+                         ("_FRAMES_BY_THREAD", False), ("_FRAMES_BY_DEPTH", False)):
+        monkeypatch.setattr(cpython, name, failed)

@@ -440,3 +440,223 @@ def test_dict_contents_swap_is_a_clear_and_update_in_both_directions():
     assert held == {"a": 1} and len(old) == 5000
     with pytest.raises(TypeError):
         cpython.swap_dict_contents(held, __import__("collections").OrderedDict())
+
+
+def test_dict_room_says_when_a_dict_grows():
+    """The room a dict has left, read from its table's size, is 0 exactly
+    before each insertion that makes it grow, for tuple keys and str keys
+    (two kinds of table since 3.11), on this interpreter."""
+    import sys
+
+    from slimgraph.shim import cpython
+
+    for make in (lambda i: ("t", i), lambda i: f"t-{i}"):
+        d: dict = {}
+        grew = 0
+        for i in range(30_000):
+            before, room = sys.getsizeof(d), cpython.dict_room(d)
+            d[make(i)] = i
+            if i:  # (an empty dict shares one table of no size)
+                assert (sys.getsizeof(d) != before) == (room == 0), (i, room)
+                grew += room == 0
+        assert grew >= 8
+        assert 0 < cpython.dict_room(d) < 30_000
+
+
+class _ReduceToLen:
+    """Unpickles as ``len(value)``: the value is made, memoized and then
+    held by nothing but the memo."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __reduce__(self):
+        return (len, (self.value,))
+
+
+def _walk_objects(x):
+    """``x`` and what it holds (lists and tuples, depth first)."""
+    yield x
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _walk_objects(y)
+
+
+def test_the_unpicklers_memo_is_handed_over_whole():
+    """On this interpreter the memo's layout check passes; after the
+    hand-over the unpickler's memo is empty, the lists hold exactly the
+    objects it held (same objects, by index), and once they are drained
+    every object's reference count is what a plain unpickling leaves (an
+    object only the memo held is freed)."""
+    import gc
+    import io
+    import pickle
+    import sys
+    import weakref
+
+    from slimgraph.runtime.disposal import drain
+    from slimgraph.shim import cpython
+
+    assert cpython.unpickler_memo_available()  # on every interpreter CI runs
+    data = pickle.dumps([("a", 1), "b" * 50, [2.5, ("c",)], _ReduceToLen({1, 2})], protocol=5)
+    u = pickle.Unpickler(io.BytesIO(data))
+    got = u.load()
+    before = u.memo.copy()
+    (only_in_memo,) = [v for v in before.values() if type(v) is set]
+    ref = weakref.ref(only_in_memo)
+    del only_in_memo
+    held = cpython.take_unpickler_memo(u, 4)
+    assert u.memo.copy() == {}
+    assert len(held) >= 2  # (several steps)
+    moved = [o for lst in held for o in lst]
+    assert all(moved[i] is v for i, v in before.items())
+    del before, moved, u
+    plain = pickle.loads(data)
+    assert ref() is not None  # (the lists hold it now)
+    drain(held)
+    gc.collect()
+    assert got == plain == [("a", 1), "b" * 50, [2.5, ("c",)], 2]
+    for x, y in zip(_walk_objects(got), _walk_objects(plain)):
+        if type(x) is not int:  # (small ints are shared)
+            assert sys.getrefcount(x) == sys.getrefcount(y), (x, y)
+    assert ref() is None
+
+
+def test_a_presized_unpickler_memo_unpickles_the_same():
+    """A fresh unpickler gets a memo of the bound ``memo.memoized_at_most``
+    counts and never grows it; the load gives what ``pickle.loads`` gives,
+    and the hand-over and drain afterwards leave the same reference counts.
+    An unpickler that has loaded already, or a bound below its memo's size,
+    is left alone."""
+    import io
+    import pickle
+    import sys
+
+    from slimgraph.ingest import memo
+    from slimgraph.runtime.disposal import drain
+    from slimgraph.shim import cpython
+
+    values = [(i, f"value-{i}", [float(i)]) for i in range(5_000)]
+    data = pickle.dumps(values, protocol=5)
+    bound = memo.memoized_at_most(data)
+    u = pickle.Unpickler(io.BytesIO(data))
+    assert not memo.presize(u, bound)  # (below memo.PRESIZE_MIN: not worth it)
+    assert cpython.presize_unpickler_memo(u, bound)
+    got = u.load()
+    assert cpython.unpickler_memo_size(u) == bound  # (never grew)
+    assert len(u.memo.copy()) <= bound
+    assert not cpython.presize_unpickler_memo(u, 2 * bound)  # (loaded: not fresh)
+    drain(cpython.take_unpickler_memo(u, memo.STEP))
+    del u
+    plain = pickle.loads(data)
+    assert got == plain
+    for x, y in zip(got[::500], plain[::500]):
+        assert [sys.getrefcount(v) for v in (x, x[1], x[2])] == [sys.getrefcount(v) for v in (y, y[1], y[2])]
+    assert not cpython.presize_unpickler_memo(pickle.Unpickler(io.BytesIO(data)), 8)  # (below its own size)
+
+
+def test_the_memo_hand_over_keeps_empty_slots_empty():
+    """A memo with gaps (explicit ``PUT`` indices, protocol 0) and one of
+    several steps: every reference moves, the gaps stay the filler's, and
+    nothing is freed twice or leaked."""
+    import io
+    import pickle
+    import sys
+
+    from slimgraph.runtime.disposal import drain
+    from slimgraph.shim import cpython
+
+    data = b"(S'x'\np5\nS'y'\np9\ng5\nl."
+    u = pickle.Unpickler(io.BytesIO(data))
+    got = u.load()
+    assert got == ["x", "y", "x"]
+    assert sorted(u.memo.copy()) == [5, 9]
+    held = cpython.take_unpickler_memo(u, 1024)
+    moved = [o for lst in held for o in lst]
+    assert moved[5] is got[0] and moved[9] is got[1]
+    assert len({id(o) for i, o in enumerate(moved) if i not in (5, 9)}) == 1  # the filler
+    drain(held)
+    assert got == ["x", "y", "x"]
+    # many steps
+    step = 1024
+    values = [(i, f"value-{i}") for i in range(3 * step)]
+    u = pickle.Unpickler(io.BytesIO(pickle.dumps(values, protocol=5)))
+    got = u.load()
+    n = len(u.memo.copy())
+    held = cpython.take_unpickler_memo(u, step)
+    assert len(held) >= 3 and sum(len(x) for x in held) >= n
+    del u
+    drain(held)
+    assert got == values
+    plain = pickle.loads(pickle.dumps(values, protocol=5))
+    for x, y in zip(got[:: step // 3], plain[:: step // 3]):
+        assert sys.getrefcount(x) == sys.getrefcount(y) and sys.getrefcount(x[1]) == sys.getrefcount(y[1])
+
+
+def test_a_threads_frame_and_a_callers_frame():
+    """``thread_frame``: the frame another thread stands in now (it waits
+    inside a function of its own); ``caller_frame``: the frame of the
+    function that called the caller."""
+    import threading
+
+    from slimgraph.shim import cpython
+
+    entered, leave = threading.Event(), threading.Event()
+
+    def waits_here():
+        entered.set()
+        leave.wait(10)
+
+    t = threading.Thread(target=waits_here)
+    t.start()
+    try:
+        assert entered.wait(10)
+        frame = cpython.thread_frame(t.ident)
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        assert "waits_here" in names, names
+    finally:
+        leave.set()
+        t.join()
+    assert cpython.thread_frame(t.ident) is None  # (the thread has ended)
+
+    def asks():
+        return cpython.caller_frame()
+
+    def calls():
+        marker = "here"  # noqa: F841 (read back from the frame)
+        return asks()
+
+    frame = calls()
+    assert frame.f_code is calls.__code__ and frame.f_locals["marker"] == "here"
+
+
+def test_where_the_checks_failed_each_mechanism_takes_the_plain_path(monkeypatch):
+    """With every check failed: no room is read (and no dict grown ahead),
+    the memo is neither presized nor taken (the unpickler keeps and frees it
+    itself), no frame is given, the swap is not offered."""
+    import io
+    import pickle
+    import sys
+    import threading
+
+    from differential import cpython_checks_failed
+
+    from slimgraph.ingest import deliveries, memo
+    from slimgraph.shim import cpython
+
+    cpython_checks_failed(monkeypatch)
+    d = {("t", i): i for i in range(100_000)}
+    twin = dict(d)
+    assert cpython.dict_room(d) is None and not deliveries.grow_ahead(d, 10**6)
+    assert d == twin and sys.getsizeof(d) == sys.getsizeof(twin)
+    data = pickle.dumps([("a", i) for i in range(2000)], protocol=5)
+    u = pickle.Unpickler(io.BytesIO(data))
+    assert not cpython.presize_unpickler_memo(u, 10**6) and not memo.presize_for(u, data * 600)
+    got = u.load()
+    assert cpython.take_unpickler_memo(u, 16) == [] and memo.hand_over(u) == []
+    assert len(u.memo.copy()) >= 2000 and got == pickle.loads(data)
+    assert cpython.thread_frame(threading.get_ident()) is None and cpython.caller_frame() is None
+    assert not cpython.dict_swap_available() and not memo.available()

@@ -22,7 +22,6 @@ history, and sending the resulting messages.
 """
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from slimgraph import config, shim
@@ -30,6 +29,7 @@ from slimgraph.ingest.pipeline import Pipeline
 from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.state import SlimSchedulerState
 from slimgraph.runtime import finalizers, gcpause, threads
+from slimgraph.shim import cpython
 
 Scheduler = shim.Scheduler
 
@@ -60,7 +60,7 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
     def add_plugin(self, plugin: Any, *args: Any, **kwargs: Any) -> None:
         if self.slim_finalizers is None:
             self.slim_finalizers = finalizers.HeldFinalizers()
-        self.slim_finalizers.adding(plugin, sys._getframe(1))
+        self.slim_finalizers.adding(plugin, cpython.caller_frame())
         return super().add_plugin(plugin, *args, **kwargs)
 
     def remove_plugin(self, *args: Any, **kwargs: Any) -> None:

@@ -53,6 +53,7 @@ from collections import deque
 from typing import Any, Iterator
 
 from slimgraph import config, shim
+from slimgraph.shim import cpython
 from slimgraph.runtime import disposal, loopshare, threads
 
 logger = logging.getLogger("distributed.scheduler")
@@ -341,7 +342,7 @@ def grow_ahead(d: dict, need: int) -> bool:
     are added until the dict has grown, then removed. The dict holds what
     it held, in the same order; only its table is bigger earlier, by the
     ``need`` entries it would have reached within a slice anyway."""
-    room = dict_room(d)
+    room = cpython.dict_room(d)
     if room is None or room >= need:
         return False
     size = sys.getsizeof(d)
@@ -356,43 +357,6 @@ def grow_ahead(d: dict, need: int) -> bool:
     for k in added:
         del d[k]
     return sys.getsizeof(d) != size
-
-
-def _dict_bytes(log2: int, entry: int) -> int:
-    """CPython 3.11's size of a dict that owns a table of ``2**log2`` slots
-    (entries of ``entry`` bytes), less the dict's own fixed part."""
-    n = 1 << log2
-    index = 1 if log2 < 8 else 2 if log2 < 16 else 4 if log2 < 32 else 8
-    return n * index + (2 * n // 3) * entry
-
-
-def _dict_fixed() -> int | None:
-    """The fixed part of a dict's ``sys.getsizeof`` on this interpreter, or
-    None where the table sizes above do not describe its dicts."""
-    probe = {i: i for i in range(6)}  # (a table of 16 slots, 24-byte entries)
-    words = {str(i): i for i in range(6)}  # (16 slots, 16-byte entries)
-    fixed = sys.getsizeof(probe) - _dict_bytes(4, 24)
-    if sys.getsizeof(words) - _dict_bytes(4, 16) != fixed:
-        return None
-    return fixed
-
-
-_FIXED = _dict_fixed()
-#: a dict's table size (its ``sys.getsizeof`` less the fixed part) -> the
-#: entries it holds before it grows
-_CAPACITY = {} if _FIXED is None else {
-    _dict_bytes(log2, entry): 2 * (1 << log2) // 3 for log2 in range(3, 40) for entry in (16, 24)
-}
-
-
-def dict_room(d: dict) -> int | None:
-    """How many more entries ``d`` takes before it grows (an upper bound: a
-    removed entry keeps its place until the table is made anew), from the
-    size of its table; None if that size is not one of CPython 3.11's."""
-    if _FIXED is None:
-        return None
-    capacity = _CAPACITY.get(sys.getsizeof(d) - _FIXED)
-    return None if capacity is None else capacity - len(d)
 
 
 def transition_calls(calls: Iterator[tuple], pairs: dict, sid: str, plugins: dict) -> Iterator[None]:

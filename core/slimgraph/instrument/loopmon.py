@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import sys
 import threading
 import time
 import traceback
@@ -44,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from slimgraph.instrument import blame as _blame
+from slimgraph.shim import cpython
 
 logger = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ class LoopMonitor:
                 stack = ""
                 tid = self._loop_thread_id
                 if tid is not None:
-                    frame = sys._current_frames().get(tid)
+                    frame = cpython.thread_frame(tid)
                     if frame is not None:
                         stack = "".join(traceback.format_stack(frame, limit=12))
                     del frame
