@@ -593,6 +593,34 @@ def test_memory_tree_slices_huge_containers():
     assert tree.slices > 5
 
 
+def test_an_object_with_its_own_sizeof_counts_what_getsizeof_counts():
+    """A class whose ``__sizeof__`` reports a deep size is counted as one of
+    the same layout without it: what ``sys.getsizeof`` adds (the collector's
+    header, and the pointers kept before an object of a class without
+    ``__slots__``) included, on this interpreter."""
+    from slimgraph.instrument.memory import _getsizeof
+
+    class Deep:
+        def __sizeof__(self):
+            return 10**6
+
+    class Plain:
+        pass
+
+    class DeepSlotted:
+        __slots__ = ("a",)
+
+        def __sizeof__(self):
+            return 10**6
+
+    class PlainSlotted:
+        __slots__ = ("a",)
+
+    assert _getsizeof(Deep()) == sys.getsizeof(Plain())
+    assert _getsizeof(DeepSlotted()) == sys.getsizeof(PlainSlotted())
+    assert _getsizeof(Deep()) < 1000 and _getsizeof(Task("k", len, (1, 2))) < 1000
+
+
 # -- 6. one way to reach a scheduler: the extension's handlers, through feeds --------
 def _helpers(c, tmp_path) -> dict:
     """Every client helper but install, called with a synchronous client."""

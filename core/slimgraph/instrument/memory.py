@@ -128,7 +128,9 @@ _sys_getsizeof = sys.getsizeof
 _object_sizeof = object.__sizeof__
 _GC_HEADER = sys.getsizeof([]) - [].__sizeof__()
 _HAVE_GC = 1 << 14
-_PY_SIZEOF: dict[type, int] = {}  # type -> GC header bytes, for Python __sizeof__
+#: type -> what ``sys.getsizeof`` adds to ``__sizeof__``, for types with a
+#: Python ``__sizeof__``; -1 for the others
+_PY_SIZEOF: dict[type, int] = {}
 
 
 def _getsizeof(o) -> int:
@@ -142,13 +144,22 @@ def _getsizeof(o) -> int:
     h = _PY_SIZEOF.get(t)
     if h is None:
         m = getattr(t, "__sizeof__", None)
-        if isinstance(m, types.FunctionType):
-            h = _PY_SIZEOF[t] = _GC_HEADER if t.__flags__ & _HAVE_GC else 0
-        else:
-            h = _PY_SIZEOF[t] = -1
+        h = _PY_SIZEOF[t] = _added_by_getsizeof(o, t) if isinstance(m, types.FunctionType) else -1
     if h < 0:
         return _sys_getsizeof(o)
     return _object_sizeof(o) + h
+
+
+def _added_by_getsizeof(o, t: type) -> int:
+    """What ``sys.getsizeof`` adds to ``__sizeof__`` for objects of ``t``,
+    read off ``o`` once per type: the collector's header, and the pointers
+    CPython keeps before an object whose class has no ``__slots__`` (its
+    dict since 3.11, its weak references since 3.12). The same for every
+    object of a type; the collector's header alone where ``o`` resists."""
+    try:
+        return _sys_getsizeof(o) - t.__sizeof__(o)
+    except Exception:  # noqa: BLE001 (a __sizeof__ that fails on a half-built object)
+        return _GC_HEADER if t.__flags__ & _HAVE_GC else 0
 
 
 @dataclass
