@@ -74,7 +74,11 @@ def paused() -> Iterator[None]:
 # kept too. So the freeze lasts only while slim schedulers hold tasks: when
 # one has forgotten its last task, :func:`on_idle` unfreezes (an O(1) move
 # of the frozen objects into the oldest generation, which the next full
-# collection then cleans).
+# collection then cleans). ``gc.unfreeze()`` is all or nothing: what else
+# was frozen (an application's own ``gc.freeze()``; the immortal objects
+# CPython 3.12's collections move into the permanent generation) is
+# unfrozen too. Those objects stay alive and full collections traverse
+# them again: a cost, never a change of behaviour.
 
 #
 # While the freeze lasts, the scheduler keeps making long-lived objects: a
