@@ -516,3 +516,34 @@ def test_a_snapshot_names_every_threads_frames_innermost_first_with_qualified_na
     finally:
         ev.set()
         th.join()
+
+
+def test_snapshots_check_themselves_and_the_monitor_keeps_no_causes_where_they_fail(monkeypatch):
+    """``snapshot_works``: where the walk is safe, a snapshot reads back the
+    checking function; where the check failed (an unsafe release, another
+    traceback format), a loop monitor measures blocks but names no causes."""
+    from slimgraph.instrument.loopmon import LoopMonitor
+
+    safe = blame.walk_is_safe()
+    assert blame.snapshot_works() == safe and LoopMonitor().blame == safe
+    for version, ok in (((3, 10, 13), True), ((3, 11, 7), True), ((3, 12, 1), False), ((3, 12, 7), False),
+                        ((3, 12, 8), True), ((3, 13, 0), False), ((3, 13, 1), True)):
+        assert blame.walk_is_safe(version) == ok, version
+    monkeypatch.setattr(blame, "_SNAPSHOT_WORKS", False)
+    mon = LoopMonitor()
+    assert not mon.blame and mon.watch_interval == 0.1
+
+
+@pytest.mark.parametrize("policy, taken", [("safe", False), ("always", True)])
+def test_an_unsafe_release_takes_snapshots_only_when_told_to(monkeypatch, policy, taken):
+    """On a release whose walk can crash, ``slimgraph.stack-snapshots:
+    always`` (for measuring there) still checks that the snapshots read."""
+    import dask
+
+    if not blame.walk_is_safe():  # (this test takes a snapshot itself)
+        assert not blame.snapshot_works()
+        return
+    monkeypatch.setattr(blame, "walk_is_safe", lambda: False)
+    monkeypatch.setattr(blame, "_SNAPSHOT_WORKS", None)
+    with dask.config.set({"slimgraph.stack-snapshots": policy}):
+        assert blame.snapshot_works() == taken

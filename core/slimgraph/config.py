@@ -22,6 +22,7 @@ dask.config.update_defaults(defaults)
 GC_POLICIES = ("auto", "pause", "freeze", "stock")
 ORDERINGS = ("fast", "dask")
 VERSION_POLICIES = ("refuse", "warn")
+SNAPSHOT_POLICIES = ("safe", "always")
 
 
 def get(name: str):
@@ -38,4 +39,6 @@ def get(name: str):
         raise ValueError(f"slimgraph.ordering must be one of {ORDERINGS}, got {value!r}")
     if name == "versions" and value not in VERSION_POLICIES:
         raise ValueError(f"slimgraph.versions must be one of {VERSION_POLICIES}, got {value!r}")
+    if name == "stack-snapshots" and value not in SNAPSHOT_POLICIES:
+        raise ValueError(f"slimgraph.stack-snapshots must be one of {SNAPSHOT_POLICIES}, got {value!r}")
     return value

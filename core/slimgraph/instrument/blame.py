@@ -85,6 +85,7 @@ import threading
 import time
 from typing import Any
 
+from slimgraph import config
 from slimgraph.runtime.threads import THREAD_NAME
 
 #: The package directory: frames from here are slimgraph's.
@@ -530,6 +531,41 @@ def snapshot() -> dict:
     return _parse(text)
 
 
+def walk_is_safe(version: tuple = tuple(sys.version_info[:3])) -> bool:
+    """Whether faulthandler's walk of every thread is safe on this CPython
+    release. On 3.12.0-3.12.7 and 3.13.0 it can crash the process when
+    another thread's newest frame is one the C stack owns (a Python
+    callback called from C, such as a weakref's): CPython issue 123967,
+    fixed in 3.12.8 and 3.13.1. It happens in a moment no check can catch
+    beforehand, so those releases take no snapshots (unless the setting
+    ``slimgraph.stack-snapshots: always`` takes that risk, for measuring)."""
+    if sys.implementation.name != "cpython":
+        return False
+    return not ((3, 12, 0) <= version < (3, 12, 8) or (3, 13, 0) <= version < (3, 13, 1))
+
+
+_SNAPSHOT_WORKS: bool | None = None
+
+
+def snapshot_works() -> bool:
+    """Whether :func:`snapshot` may be taken on this interpreter and reads
+    its tracebacks (their text is CPython's faulthandler's, not a promised
+    format): the walk is safe (:func:`walk_is_safe`), and a snapshot taken
+    here shows this thread in this function, under its qualified name.
+    Checked on first use, then remembered."""
+    global _SNAPSHOT_WORKS
+    if _SNAPSHOT_WORKS is None and not walk_is_safe() and config.get("stack-snapshots") != "always":
+        _SNAPSHOT_WORKS = False
+    if _SNAPSHOT_WORKS is None:
+        try:
+            mine = snapshot().get(threading.get_ident(), [])
+            names = [f.co_qualname for f in mine[:3]]
+            _SNAPSHOT_WORKS = "snapshot_works" in names and all(f.lineno > 0 for f in mine[:3])
+        except Exception:  # noqa: BLE001 (an unreadable traceback: no snapshots)
+            _SNAPSHOT_WORKS = False
+    return _SNAPSHOT_WORKS
+
+
 _LSEEK = _PREAD = _FTRUNCATE = None
 _DUMP_BUF: Any = None
 
@@ -644,22 +680,22 @@ def _codes_of(filename: str) -> list:
     found: list = []
     seen: set = set()
 
-    def add(code) -> None:
+    def add(code, qualname: str) -> None:
         if id(code) in seen or code.co_filename != filename:
             return
         seen.add(id(code))
         lines = [ln for _, _, ln in code.co_lines() if ln is not None]
         last = max(lines) if lines else code.co_firstlineno
-        found.append((code.co_firstlineno, last, code.co_name, getattr(code, "co_qualname", code.co_name)))
+        found.append((code.co_firstlineno, last, code.co_name, qualname))
         for c in code.co_consts:
             if hasattr(c, "co_lines"):
-                add(c)
+                add(c, _code_qualname(c, f"{qualname}.<locals>.{c.co_name}"))
 
     def visit(obj, depth: int = 0) -> None:
         obj = getattr(obj, "__func__", obj)
         code = getattr(obj, "__code__", None)
         if code is not None:
-            add(code)
+            add(code, _code_qualname(code, getattr(obj, "__qualname__", code.co_name)))
         elif isinstance(obj, property):
             for fn in (obj.fget, obj.fset, obj.fdel):
                 if fn is not None:
@@ -674,3 +710,9 @@ def _codes_of(filename: str) -> list:
     except Exception:  # noqa: BLE001 (labels only: a module that resists goes unnamed)
         pass
     return found
+
+
+def _code_qualname(code, otherwise: str) -> str:
+    """A code object's qualified name: its own since 3.11; before, the one
+    its function (or, for a nested code object, its parent) gives it."""
+    return getattr(code, "co_qualname", otherwise)

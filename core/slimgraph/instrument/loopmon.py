@@ -114,8 +114,9 @@ class LoopMonitor:
         blame_after: float = 0.050,
     ):
         self.interval = interval
-        self.watch_interval = sample_interval if (blame and watchdog) else watch_interval
-        self.blame = blame and watchdog
+        # (no causes where this interpreter's stacks may not or cannot be read)
+        self.blame = blame and watchdog and _blame.snapshot_works()
+        self.watch_interval = sample_interval if self.blame else watch_interval
         self.blame_after = blame_after
         #: Blocks of at least ``blame_after``, with their cause, newest last.
         self.causes: deque[BlockCause] = deque(maxlen=4096)
