@@ -57,7 +57,7 @@ def test_no_sys_path_edits_anywhere():
 
 def _copy_sources(dest: Path) -> Path:
     def ignore(directory, names):
-        return [n for n in names if n in SKIP_DIRS or n.endswith(".egg-info")]
+        return [n for n in names if n in SKIP_DIRS or n.endswith(".egg-info") or n.startswith(".venv-")]
 
     shutil.copytree(ROOT, dest, ignore=ignore)
     return dest
@@ -119,6 +119,27 @@ def test_wheel_installs_the_package_the_app_and_the_tile(fresh_venv, tmp_path):
     assert out["command"][0].startswith(site)  # the venv's python runs the app
     assert out["icon"] == os.path.join(out["app"], "icon.svg")
     assert out["path_info"] == "slimgraph/dashboard"
+
+
+@pytest.mark.install
+def test_the_wheel_names_the_pythons_it_admits(fresh_venv, tmp_path):
+    """The wheel's ``Programming Language :: Python :: 3.X`` classifiers are
+    exactly the Pythons its ``Requires-Python`` admits (the ones CI runs),
+    and this interpreter is one of them."""
+    from packaging.specifiers import SpecifierSet
+
+    out = _venv_json(fresh_venv, """
+        import json
+        from importlib.metadata import metadata
+        md = metadata("slimgraph")
+        print(json.dumps({"requires": md["Requires-Python"], "classifiers": md.get_all("Classifier")}))
+    """, cwd=tmp_path)
+    spec = SpecifierSet(out["requires"])
+    admitted = [f"3.{n}" for n in range(0, 40) if f"3.{n}" in spec]
+    version = re.compile(r"Programming Language :: Python :: (3\.\d+)")
+    named = [m.group(1) for m in map(version.fullmatch, out["classifiers"]) if m]
+    assert named == admitted and len(admitted) >= 4, out
+    assert "%d.%d" % sys.version_info[:2] in admitted
 
 
 @pytest.mark.install
