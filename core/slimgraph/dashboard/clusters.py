@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from slimgraph.bench.processes import wait_scheduler_file
 from slimgraph.instrument.feed import Feed, RemoteFeed
 from slimgraph.views.figures import KINDS
 
@@ -141,7 +142,7 @@ class ClusterManager:
             stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
         e.procs.append(sched)
         e.pid = sched.pid
-        _wait_file(sfile, sched)
+        wait_scheduler_file(sfile, sched)
         e.procs.append(subprocess.Popen(
             [py, "-m", "distributed.cli.dask_worker", "--scheduler-file", sfile,
              "--nworkers", str(self.n_workers), "--nthreads", str(self.threads_per_worker),
@@ -222,17 +223,6 @@ class ClusterManager:
             e.pid = None
             if e.status == "running":
                 e.status = "not started"
-
-
-def _wait_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    """Wait for the scheduler file (the scheduler is listening then)."""
-    t0 = time.monotonic()
-    while not os.path.exists(path) or os.path.getsize(path) == 0:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the scheduler process exited with {proc.returncode}")
-        if time.monotonic() - t0 > timeout:
-            raise TimeoutError("the scheduler process did not start within 60 s")
-        time.sleep(0.1)
 
 
 def stop_processes(procs: list, grace: float = 10.0) -> None:
