@@ -187,6 +187,8 @@ class Profile:
     def __init__(self, pid: int, tmp: str, stage: str) -> None:
         self.path = os.path.join(tmp, f"{stage}.txt")
         self.proc: subprocess.Popen | None = None
+        self._got: Counter | None = None
+        self._stopped = False
         exe = shutil.which("py-spy", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         if exe is None:
             self.why_not = "py-spy is not installed (pip install py-spy)"
@@ -199,9 +201,11 @@ class Profile:
         )
 
     def stop(self) -> Counter | None:
-        """The stage's samples by category (None: see ``why_not``)."""
-        if self.proc is None:
-            return None
+        """The stage's samples by category (None: see ``why_not``); ends the
+        recording (again: the same answer)."""
+        if self.proc is None or self._stopped:
+            return self._got
+        self._stopped = True
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
@@ -209,11 +213,12 @@ class Profile:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             _, err = self.proc.communicate()
-        if not os.path.exists(self.path):
+        if os.path.exists(self.path):
+            with open(self.path) as fh:
+                self._got = parse_raw(fh.read())
+        else:
             self.why_not = "py-spy could not sample the scheduler: " + err.decode(errors="replace").strip()[-300:]
-            return None
-        with open(self.path) as fh:
-            return parse_raw(fh.read())
+        return self._got
 
 
 # -- one engine -----------------------------------------------------------------
@@ -265,6 +270,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                 if rec.status != "OK":
                     raise RuntimeError(f"{kind}: update_graph {rec.status}: {rec.error}")
                 bounds["ingest"][1] = bounds.setdefault("run", [rec.start + rec.total_s, None])[0]
+                samples = {"ingest": profiles["ingest"].stop()}
                 profiles["run"] = Profile(cluster.scheduler_pid, tmp, "run")
                 say(f"{kind}: ingested {rec.tasks:,} tasks in {rec.total_s:.1f} s; running")
                 value = None
@@ -275,6 +281,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                     time.sleep(max(0.0, bounds["run"][0] + compute_seconds - time.time()))
                 bounds["run"][1] = time.time()
                 bounds["release"] = [bounds["run"][1], None]
+                samples["run"] = profiles["run"].stop()
                 profiles["release"] = Profile(cluster.scheduler_pid, tmp, "release")
                 say(f"{kind}: {'computed' if compute_seconds is None else 'cancelling'}; releasing")
                 if compute_seconds is None:
@@ -285,8 +292,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                 if not wait_for(lambda: client.run_on_scheduler(_no_tasks), 900, every=0.02):
                     raise TimeoutError(f"{kind}: the scheduler still held tasks 900 s after the release")
                 bounds["release"][1] = time.time()
-                profiles_seen = dict(profiles)
-                samples = {stage: profiles.pop(stage).stop() for stage in STAGES}
+                samples["release"] = profiles["release"].stop()
                 blocks = client.run_on_scheduler(_loop_blocks, since=bounds["ingest"][0])
         pings = [(t + s, s) for t, s, *_ in ping.pings]
         n = rec.tasks
@@ -303,7 +309,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                 total = sum(got.values())
                 st["by_what"] = {c: used * k / total for c, k in got.most_common()}
             elif got is None:
-                out["profile"] = profiles_seen[stage].why_not or "no samples"
+                out["profile"] = profiles[stage].why_not or "no samples"
             out["stages"][stage] = st
         a, b = bounds["ingest"][0], bounds["release"][1]
         whole = cpu.cpu_at(b) - cpu.cpu_at(a)
