@@ -6,7 +6,7 @@ most tasks: errors, restrictions, annotations, actors, retries, metadata. And
 the execution-time fields (``who_has``, ``processing_on``, ``nbytes``,
 ``run_id``, ``type``) are only needed once a task runs.
 
-This class keeps a dozen slots for what every task needs from the moment it
+This class keeps 14 slots for what every task needs from the moment it
 is submitted, and moves everything else to one side object, :class:`Extra`,
 allocated the first time any of those attributes is set to a non-default
 value. Every attribute distributed's ``SchedulerState`` reads or writes is
