@@ -184,7 +184,7 @@ class LocalFeed(Feed):
     Except :data:`OFF_LOOP`: handlers that read only thread-safe state (the
     History, behind its lock; counters copied in single C-level steps) run
     in the caller's thread once the extension exists, so a scheduler loop
-    busy with a long ingestion (stock blocks it for a minute at 1M tasks)
+    busy with a long ingestion (stock blocks it for the whole update_graph)
     does not hold up a dashboard's new bars and RSS line.
     """
 
