@@ -15,9 +15,9 @@ For each kind (stock, then slim, same run, same workload):
    a plain RPC: the latency another client or a heartbeat sees), submit the
    collection with ``client.compute`` and wait for the result, or with
    ``compute_seconds`` only that long after the submission returned, then
-   cancel (a 1M-task computation takes half an hour on two workers; what
-   follows an ingestion, such as a first garbage collection, still falls in
-   the pinged window). Other users' figures count what was answered by
+   cancel (computing a big graph on a few workers takes far longer than
+   ingesting it; what follows an ingestion, such as a first garbage
+   collection, still falls in the pinged window). Other users' figures count what was answered by
    the cut (the end of the computation, or the moment before the bench
    reads the state counts and cancels: its own walks of the scheduler's
    tasks on the loop are not what a user meets).
@@ -72,13 +72,11 @@ PAGES_SETTLE_SECONDS = 3.0
 class _Load:
     """What other users of the scheduler see while it ingests: in processes
     of their own (the submitting client's process pickles the graph, holding
-    its GIL for seconds: a thread there measured that, not the scheduler;
-    in one 1M-task run it made the longest ping 5.5 s where the scheduler's
-    longest block was 1.2 s), each with its own event loop. The pinger has
-    a process to itself: sharing one with the browser's driver and the
-    second client, its round trips also measured that process's own turns
-    (a 463 ms ping while the scheduler's loop was not blocked at all, as a
-    page finished loading).
+    its GIL for seconds: a thread there measured that, not the scheduler),
+    each with its own event loop. The pinger has a process to itself:
+    sharing one with the browser's driver and the second client, its round
+    trips also measured that process's own turns (a page finishing loading
+    made long pings while the scheduler's loop was not blocked at all).
 
     - a second connection asks the scheduler for ``identity`` every
       ``interval`` seconds (a plain RPC: the latency another client or a
@@ -261,9 +259,9 @@ class _LoadRun:
                 # times the cancel after the load has stopped, and a submit
                 # still waiting then is not a round trip seen)
                 # one waiter, looked at every 0.1 s (a waiter per look left
-                # one task per 0.1 s behind, each ending in an error nobody
-                # read once the future was released: 1,846 tracebacks on
-                # stock's 120 s block)
+                # one task per look behind, each ending in an error nobody
+                # read once the future was released: a traceback per look
+                # for as long as the scheduler's loop was blocked)
                 waiter = asyncio.ensure_future(fut.result())
                 while not waiter.done() and not self._stop.is_set() and time.perf_counter() - t < 120:
                     await asyncio.wait({waiter}, timeout=0.1)
@@ -373,8 +371,8 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
     the load's browser run at this niceness, as on a cluster where they do
     not share the scheduler's cores (on this machine's two cores, two busy
     workers and a browser otherwise leave the scheduler's loop, and the
-    pinger, waiting for a CPU: ``no CPU`` blocks of 0.2-0.5 s, the same
-    for both engines). The scheduler, the client and the pinger are not
+    pinger, waiting for a CPU: ``no CPU`` blocks, the same for both
+    engines). The scheduler, the client and the pinger are not
     niced."""
     import contextlib
 
@@ -408,8 +406,8 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     time.sleep(0.1)
                 if load:
                     # a user opens the pages, then submits: a Status page
-                    # pulls its first updates after its load event (pings of
-                    # 0.1-0.4 s on either engine, no tasks yet)
+                    # pulls its first updates after its load event (slow
+                    # pings on either engine, with no tasks yet)
                     time.sleep(PAGES_SETTLE_SECONDS)
                 # this client's earlier submissions (the inputs) are not the one measured
                 seen = len([r for r in get_submissions(client) if r.client == client.id])
@@ -431,7 +429,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     time.sleep(max(0.0, rec.start + rec.total_s + compute_seconds - time.time()))
                     # other users' figures end here: what follows is the
                     # bench's own reading of the scheduler (the state counts
-                    # walk every task on its loop, 0.1-0.5 s at 1M) and the
+                    # walk every task on its loop) and the
                     # cancel, each a block that a ping still in flight meets
                     t_cut = time.time()
                     t_done = value = None
@@ -605,8 +603,8 @@ def _watch_key(key: Any, dask_scheduler: Any = None) -> None:
 async def _key_gone_at(key: Any, dask_scheduler: Any = None) -> float | None:
     """When the watcher saw ``key`` go. Asked once the key is gone: after a
     long block the loop runs the client's request (I/O) before the
-    watcher's due timer, so the answer may still be on its way (at 1M
-    tasks the slim run's figure came back empty); waits up to 2 s for it."""
+    watcher's due timer, so the answer may still be on its way; waits up
+    to 2 s for it."""
     for _ in range(200):
         if key in _GONE:
             return _GONE[key]

@@ -1,6 +1,6 @@
 """``python -m slimgraph bench``: stock and slim, same submission, one table.
 
-JSON schema written by ``--json PATH`` (also documented in the README)::
+JSON schema written by ``--json PATH`` (also documented in docs/benchmarks.md)::
 
     {
       "workload": "array", "requested_tasks": 1000000, "tasks": 1001234,

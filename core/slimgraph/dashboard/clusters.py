@@ -1,6 +1,6 @@
 """The schedulers the app submits to and reads: one process-wide manager.
 
-Embedded (default): per scheduler kind, a real scheduler *process*
+Engine processes (default): per scheduler kind, a real scheduler *process*
 (``python -m distributed.cli.dask_scheduler``; slim with ``--preload
 slimgraph.distributed``, stock with ``--preload slimgraph.views.tab`` so its
 phases are recorded; both get the slimgraph tab in their own dashboard) and
@@ -17,7 +17,8 @@ app's process, so
 - bokeh's process-wide ``Property._should_validate`` flag, which
   distributed's dashboard toggles without thread safety, is never touched by
   a scheduler thread in the Panel process (the cause of broken sessions and
-  HTTP 500s on dask's ``/status`` seen with embedded schedulers).
+  HTTP 500s on dask's ``/status`` seen when schedulers ran in the app's
+  process).
 
 The processes are this app's children; :meth:`ClusterManager.close` stops
 them (terminate, then kill after 10 s), and an ``atexit`` hook does so when
@@ -79,7 +80,7 @@ class Entry:
     error: str = ""
     dashboard_link: str = ""
     address: str = ""
-    #: the scheduler process's pid (embedded engines; None for a remote one)
+    #: the scheduler process's pid (engines the app started; None for a remote one)
     pid: int | None = None
     #: the child processes (scheduler, workers) and their log directory
     procs: list = field(default_factory=list)
