@@ -27,8 +27,9 @@ def test_a_sample_is_put_down_to_its_innermost_named_frame():
                               ("dumps", "distributed/protocol/core.py")]) == "serialization"
     assert categorize(root + [("Scheduler.handle_task_finished", S)]) == "task-finished handling"
     assert categorize(root + [("WorkStealing.balance", "distributed/stealing.py")]) == "work stealing"
-    assert categorize([("Thread._bootstrap", "threading.py"), ("build", "slimgraph/ingest/build.py")]) \
-        == "threads off the loop"
+    thread = [("Thread._bootstrap", "threading.py"), ("Thread.run", "threading.py")]
+    assert categorize(thread + [("build", "slimgraph/ingest/build.py")]) == "slimgraph ingestion"
+    assert categorize(thread + [("work", "concurrent/futures/thread.py")]) == "threads off the loop (other)"
     assert categorize(root + [("Scheduler.heartbeat_worker", S)]) == "heartbeats"
     assert categorize(root + [("EpollSelector.select", "selectors.py")]) == IDLE
     assert categorize(root + [("helper", S)]) == "scheduler (other)"

@@ -19,11 +19,13 @@ disturbed), per task; the longest ping a second connection saw (an
 ``identity`` round trip every 20 ms, in a process of its own); the longest
 event-loop block the scheduler's loop monitor saw; and the CPU split by
 what ran. The split comes from py-spy sampling the scheduler process from
-outside, 100 times a second: each sample is put down to the innermost frame
+outside, 100 times a second, the thread holding the GIL (a thread waiting
+for work holds none, so idle threads are not counted as busy): each sample is put down to the innermost frame
 that names what it was doing (message serialization, comms, a transition by
-its kind, work stealing, heartbeats, plugins, slimgraph's own ingestion,
-threads off the loop) or, failing that, to the handler it ran under
-(task-finished, update_graph, release). distributed's own profiler would
+its kind, work stealing, heartbeats, plugins, slimgraph's own ingestion or
+model, dask's task specs) or, failing that, to the handler it ran under
+(task-finished, update_graph, release), or to "threads off the loop" for
+another thread's unnamed work. distributed's own profiler would
 do this from inside, but it is off on Python 3.11 and would add its own
 CPU to the figure measured. Where py-spy cannot attach (no ptrace), the
 split is left out and said so.
@@ -144,8 +146,7 @@ def categorize(stack: list) -> str:
     stack = [(fn.rsplit(".", 1)[-1], "/" + f.lstrip("/")) for fn, f in stack]
     if stack and stack[-1][0] in ("select", "poll") and stack[-1][1].endswith("/selectors.py"):
         return IDLE
-    if stack and stack[0][0] == "_bootstrap":
-        return "threads off the loop"
+    thread = bool(stack) and stack[0][0] == "_bootstrap"
     for fn, f in reversed(stack):
         m = _TRANSITION.match(fn)
         if m and f.endswith("/distributed/scheduler.py"):
@@ -153,6 +154,8 @@ def categorize(stack: list) -> str:
         for name, test in _LEAF_RULES:
             if test(fn, f):
                 return name
+    if thread:
+        return "threads off the loop (other)"
     for fn, _ in reversed(stack):
         if fn in _HANDLERS:
             return _HANDLERS[fn]
@@ -195,7 +198,7 @@ class Profile:
             return
         self.why_not = None
         self.proc = subprocess.Popen(
-            [exe, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--format", "raw",
+            [exe, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--gil", "--format", "raw",
              "--output", self.path],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
@@ -305,11 +308,11 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                   "longest_ping_s": _longest(pings, a, b), "longest_block_s": _longest(blocks, a, b),
                   "by_what": None}
             got = samples[stage]
-            if got:
+            if got is None:
+                out["profile"] = profiles[stage].why_not
+            else:  # (empty: a stage too short to be sampled)
                 total = sum(got.values())
-                st["by_what"] = {c: used * k / total for c, k in got.most_common()}
-            elif got is None:
-                out["profile"] = profiles[stage].why_not or "no samples"
+                st["by_what"] = {c: used * k / total for c, k in got.most_common()} if total else {}
             out["stages"][stage] = st
         a, b = bounds["ingest"][0], bounds["release"][1]
         whole = cpu.cpu_at(b) - cpu.cpu_at(a)
@@ -376,6 +379,7 @@ def format_life_table(result: dict) -> str:
             x, y = a.get(cat, 0.0) / n * 1e6, b.get(cat, 0.0) / n * 1e6
             if x + y >= 0.5:
                 lines.append(f"  {cat:33} {x:>10,.1f} {y:>10,.1f}")
-    if result["stock"].get("profile") != "py-spy" or result["slim"].get("profile") != "py-spy":
-        lines.append("(no split by what ran: py-spy could not sample the scheduler processes)")
+    for kind in KINDS:
+        if result[kind].get("profile") != "py-spy":
+            lines.append(f"({kind}: no split by what ran: {result[kind]['profile']})")
     return "\n".join(lines)
