@@ -340,14 +340,17 @@ def bench_life(workload: str, tasks: int, workers: int = 2, json_path: str | Non
         result[kind] = run_kind(kind, workload, tasks, workers, compute_seconds, say)
     ratios = {}
     for stage in (*STAGES, "whole"):
-        a = (result["stock"]["stages"].get(stage) if stage != "whole" else result["stock"]["whole"])["cpu_s"]
-        b = (result["slim"]["stages"].get(stage) if stage != "whole" else result["slim"]["whole"])["cpu_s"]
+        a, b = _stage(result["stock"], stage)["cpu_s"], _stage(result["slim"], stage)["cpu_s"]
         ratios[f"cpu_{stage}"] = b / a if a else None
     result["ratios"] = ratios
     if json_path:
         with open(json_path, "w") as fh:
             json.dump(result, fh, indent=1)
     return result
+
+
+def _stage(run: dict, stage: str) -> dict:
+    return run["whole"] if stage == "whole" else run["stages"][stage]
 
 
 def format_life_table(result: dict) -> str:
@@ -360,8 +363,7 @@ def format_life_table(result: dict) -> str:
     lines = [f"whole life: {result['workload']}, {n:,} tasks, {result['workers']} worker processes, {how}",
              f"{'stage':10} {'':24} {'stock':>10} {'slim':>10} {'slim/stock':>11}"]
     for stage in (*STAGES, "whole"):
-        a = result["stock"]["whole"] if stage == "whole" else result["stock"]["stages"][stage]
-        b = result["slim"]["whole"] if stage == "whole" else result["slim"]["stages"][stage]
+        a, b = _stage(result["stock"], stage), _stage(result["slim"], stage)
         for label, key, spec in (("scheduler CPU us/task", "cpu_us_per_task", ",.1f"),
                                  ("wall s", "wall_s", ".2f"), ("longest ping s", "longest_ping_s", ".3f"),
                                  ("longest loop block s", "longest_block_s", ".3f")):
