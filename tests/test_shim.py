@@ -268,6 +268,68 @@ def test_node_classes_are_dasks():
     assert shim.TaskRef is TaskRef
 
 
+# -- dask's task-spec nodes, slot by slot (slimgraph.shim.nodes) -------------------
+def test_node_slots_read_and_kept():
+    """``dependencies_of``/``data_producer_of`` read what dask's properties
+    return; ``set_dependencies`` keeps the very frozenset given (its
+    iteration order); ``task_options`` passes ``data_producer`` to the
+    constructor as given."""
+    from slimgraph.shim import nodes
+
+    t = Task("k", inc, TaskRef("a"), TaskRef("b"), _data_producer=True)
+    assert nodes.dependencies_of(t) is t.dependencies and t.dependencies == {"a", "b"}
+    assert nodes.data_producer_of(t) is True and nodes.data_producer_of(Task("j", inc, 1)) is False
+    kept = frozenset(["b", "a"])
+    nodes.set_dependencies(t, kept)
+    assert t.dependencies is kept
+    for flag in (True, False, 1):
+        made = Task("k", inc, 1, **nodes.task_options(flag), axis=0)
+        assert made.data_producer is flag and made.kwargs == {"axis": 0}
+        assert made == Task("k", inc, 1, _data_producer=flag, axis=0)
+
+
+def test_fast_nodes_agree_with_dasks_constructors():
+    """The constructors made without running dask's agree with them (what
+    slimgraph.ingest.compact.fastnodes checks at import); dependencies made
+    another way than dask's are noticed."""
+    from dask._task_spec import Alias
+
+    from slimgraph.ingest.compact.setorder import aliases_frozenset
+    from slimgraph.shim import nodes
+
+    assert nodes.agrees(aliases_frozenset)
+    assert not nodes.agrees(lambda keys: frozenset())
+    assert nodes.task_on_ref("k", inc, "j") == Task("k", inc, TaskRef("j"))
+    assert nodes.alias(("x", 0)) == Alias(("x", 0))
+    assert Task(None, len).dependencies is nodes.NO_DEPS
+
+
+def test_decoded_task_is_a_plain_task_with_the_pickled_slots():
+    """``DecodedTask`` (what the fast unpickler makes of dask's Task) comes
+    out a plain ``Task`` equal to the pickled one, slot for slot; only
+    dask's ``Task`` itself is redirected."""
+    import io
+    import pickle
+
+    from dask._task_spec import Alias
+
+    from slimgraph.shim import nodes
+
+    assert nodes.DECODES
+    t = Task("k", inc, TaskRef("a"), 2, _data_producer=True, y=TaskRef("b"))
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            return nodes.decoding_class(module, name) or super().find_class(module, name)
+
+    got = Unpickler(io.BytesIO(pickle.dumps([t, t]))).load()
+    assert [type(x) for x in got] == [Task, Task] and got[0] is got[1]
+    assert got[0] == t and got[0].__getstate__() == t.__getstate__()
+    assert nodes.decoding_class(Task.__module__, "Alias") is None
+    assert nodes.decoding_class("elsewhere", "Task") is None
+    assert type(pickle.loads(pickle.dumps(Alias("x")))) is Alias
+
+
 # -- workers: the shadow bulk dispatch runs distributed's worker choice on -------
 def test_shadow_workers_choose_count_and_saturate_as_distributed():
     """``ShadowState``/``ShadowWorker`` (distributed's own choice and
