@@ -330,6 +330,41 @@ def test_decoded_task_is_a_plain_task_with_the_pickled_slots():
     assert type(pickle.loads(pickle.dumps(Alias("x")))) is Alias
 
 
+# -- dask's layers (slimgraph.shim.compact) ----------------------------------------
+def test_layer_order_and_overlap_mapping_are_dasks():
+    from dask.layers import ArrayOverlapLayer
+
+    from slimgraph.shim import compact
+
+    x = da.ones((8, 8), chunks=4).map_overlap(lambda b: b * 2, depth=1, boundary="none")
+    hlg = x.__dask_graph__()
+    assert compact.layer_order(hlg) == hlg._toposort_layers()
+    (layer,) = [v for v in hlg.layers.values() if type(v) is ArrayOverlapLayer]
+    mapping = compact.overlap_layer_mapping(layer)
+    assert mapping is layer._dict and set(mapping) == set(layer) and len(mapping) > 0
+
+
+def test_compact_names_are_dasks_own():
+    """Each public-looking name is the dask internal its comment names."""
+    import dask._expr
+    import dask._task_spec
+    import dask.array.optimization
+    import dask.blockwise
+
+    from slimgraph.shim import compact
+
+    assert compact.AnnotationsTombstone is dask._expr._AnnotationsTombstone
+    assert compact.HLGExprSequence is dask._expr._HLGExprSequence
+    assert compact.execute_subgraph is dask._task_spec._execute_subgraph
+    assert compact.identity_cast is dask._task_spec._identity_cast
+    assert compact.is_dask_future is dask._task_spec._is_dask_future
+    assert compact.optimize_slices is dask.array.optimization._optimize_slices
+    assert compact.get_coord_mapping is dask.blockwise._get_coord_mapping
+    assert compact.lol_product is dask.blockwise._lol_product
+    assert compact.make_blockwise_graph is dask.blockwise._make_blockwise_graph
+    assert not [n for n in compact.__all__ if n.startswith("_")]
+
+
 # -- workers: the shadow bulk dispatch runs distributed's worker choice on -------
 def test_shadow_workers_choose_count_and_saturate_as_distributed():
     """``ShadowState``/``ShadowWorker`` (distributed's own choice and

@@ -47,11 +47,11 @@ from slimgraph.shim.compact import (
     GraphNode,
     Task,
     TaskRef,
-    _get_coord_mapping,
-    _lol_product,
-    _make_blockwise_graph,
     blockwise_token,
     flatten,
+    get_coord_mapping,
+    lol_product,
+    make_blockwise_graph,
     parse_input,
 )
 from slimgraph.shim.nodes import task_options
@@ -146,7 +146,7 @@ class BlockwiseLayer:
         if layer.concatenate is True:
             from dask.array.core import concatenate_axes as concatenate
         self._concat_fn = concatenate
-        coord_maps, concat_axes, dummies = _get_coord_mapping(
+        coord_maps, concat_axes, dummies = get_coord_mapping(
             dims, layer.output_indices, layer.numblocks, layer.indices, concatenate
         )
         self._dummies = dummies
@@ -296,7 +296,7 @@ class BlockwiseLayer:
     def _arg_keys(self, a: _Arg, coords_ext: tuple) -> list:
         arg_coords = tuple(coords_ext[c] for c in a.cmap)
         if a.axes:
-            return list(flatten(_lol_product((a.name,), arg_coords)))
+            return list(flatten(lol_product((a.name,), arg_coords)))
         return [(a.name, *arg_coords)]
 
     def cull_dependencies(self, local: int, locate, locs: list, ext: list) -> None:
@@ -601,7 +601,7 @@ class BlockwiseLayer:
         """The block as dask's own ``_make_blockwise_graph`` builds it (the
         exact builder, and the reference the fast one is tested against)."""
         coords = self.coords(local)
-        dsk = _make_blockwise_graph(
+        dsk = make_blockwise_graph(
             self._task,
             self.output,
             self._out_indices,
