@@ -365,6 +365,47 @@ def test_compact_names_are_dasks_own():
     assert not [n for n in compact.__all__ if n.startswith("_")]
 
 
+# -- workers' streams (slimgraph.ingest.pacing) ------------------------------------
+def test_stream_buffer_batches_and_stopping():
+    """On a real BatchedSend over a real comm: what waits in the buffer, the
+    batches its writer takes, requeued messages (not counted as sent) and
+    stopping, as distributed's own attributes say."""
+    from distributed.batched import BatchedSend
+    from distributed.comm import connect, listen
+
+    async def body():
+        received = []
+
+        async def handle(comm):
+            while True:
+                try:
+                    received.extend(await comm.read())
+                except Exception:
+                    return
+
+        async with listen("tcp://127.0.0.1:0", handle) as listener:
+            comm = await connect(listener.contact_address)
+            bs = BatchedSend(interval="10ms")
+            assert shim.is_batched_send(bs) and not shim.is_batched_send(object())
+            assert not shim.stream_buffered(bs) and shim.stream_batches(bs) == 0
+            assert not shim.stream_stopping(bs)
+            shim.stream_requeue(bs, [{"op": "a"}, {"op": "b"}])
+            assert shim.stream_buffered(bs) and bs.buffer == [{"op": "a"}, {"op": "b"}]
+            assert bs.message_count == 0  # requeued, not counted as sent again
+            bs.start(comm)
+            bs.send({"op": "c"})
+            for _ in range(500):
+                if len(received) == 3:
+                    break
+                await asyncio.sleep(0.01)
+            assert [m["op"] for m in received] == ["a", "b", "c"]
+            assert not shim.stream_buffered(bs) and shim.stream_batches(bs) == bs.batch_count >= 1
+            await bs.close()
+            assert shim.stream_stopping(bs) and bs.please_stop
+            await comm.close()
+
+    run(body())
+
 # -- workers: the shadow bulk dispatch runs distributed's worker choice on -------
 def test_shadow_workers_choose_count_and_saturate_as_distributed():
     """``ShadowState``/``ShadowWorker`` (distributed's own choice and

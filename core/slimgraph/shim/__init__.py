@@ -636,6 +636,41 @@ class TransitionHook(SchedulerState):
 
 
 # ---------------------------------------------------------------------------
+# Workers' streams: a BatchedSend's buffer (slimgraph.ingest.pacing)
+# ---------------------------------------------------------------------------
+def is_batched_send(bs: Any) -> bool:
+    """Whether ``bs`` has a ``BatchedSend``'s buffer (what the functions
+    below read and write)."""
+    return hasattr(bs, "buffer")
+
+
+def stream_buffered(bs: Any) -> bool:
+    """Whether messages wait in ``bs``'s buffer (``BatchedSend.buffer``),
+    not yet taken for its next write."""
+    return bool(bs.buffer)
+
+
+def stream_requeue(bs: Any, msgs: Any) -> None:
+    """Put ``msgs`` in ``bs``'s buffer behind what waits there, as they are:
+    not counted in ``message_count`` and without waking its writer (as
+    ``send`` would); its next batch or its ``close`` takes them."""
+    bs.buffer.extend(msgs)
+
+
+def stream_batches(bs: Any) -> int:
+    """How many batches ``bs`` has taken for writing so far
+    (``BatchedSend.batch_count``; it serializes a batch in the step that
+    takes it)."""
+    return bs.batch_count
+
+
+def stream_stopping(bs: Any) -> bool:
+    """Whether ``bs`` is stopping (``close`` or ``abort`` called:
+    ``BatchedSend.please_stop``) or its comm is closed."""
+    return bool(bs.please_stop or bs.closed())
+
+
+# ---------------------------------------------------------------------------
 # Clients (the benchmark captures what a real Client sends)
 # ---------------------------------------------------------------------------
 @contextlib.contextmanager
