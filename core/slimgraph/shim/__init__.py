@@ -9,9 +9,12 @@ are not an API: a release can rename or change any of them. So every use
 lives here, one small function per need, each with a test in
 ``tests/test_shim.py``; the rest of the package only calls these functions.
 A search of the package for distributed's private names finds them in this
-package only: here, and in :mod:`slimgraph.shim.compact` (dask's internals
+package only: here, in :mod:`slimgraph.shim.compact` (dask's internals
 the compact materialization reproduces, kept apart because they import
-dask.array and dask.bag).
+dask.array and dask.bag), in :mod:`slimgraph.shim.nodes` (the slots of
+dask's task-spec nodes) and in :mod:`slimgraph.shim.cpython` (CPython's
+dict layout). ``tests/test_shim.py::test_no_foreign_private_name_outside_the_shim``
+fails on any other use.
 
 At import the installed dask and distributed are checked against the range
 the differential tests pass on (:data:`SUPPORTED`). Any other release is
