@@ -479,15 +479,17 @@ def _note_round_robin(sh: Any, ts: Any, sw: Any, moduli: set) -> None:
     m = len(sh.idle or sh.workers)
     if m in moduli or m < 2:
         return
-    n = sh._n_tasks
+    # (reading n_tasks notes a read: the choice asked again reads it anyway,
+    # and the caller comes here only when the first choice read it)
+    n = sh.n_tasks
     try:
         for k in range(1, m):
-            sh._n_tasks = n + k
+            sh.n_tasks = n + k
             if sh.decide_worker_non_rootish(ts) is not sw:
                 moduli.add(m)
                 return
     finally:
-        sh._n_tasks = n
+        sh.n_tasks = n
 
 
 def _added(sh: Any, sw: Any, ts: Any) -> None:

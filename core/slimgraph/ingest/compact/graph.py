@@ -32,8 +32,8 @@ from slimgraph.shim.compact import (
     DataNode,
     GraphNode,
     Task,
-    _optimize_slices,
     convert_legacy_task,
+    optimize_slices,
 )
 from .legacy import DATA
 
@@ -279,7 +279,7 @@ class FusedSource:
         key = graph.keys[i]
         task = Task.fuse(*members, key=key)
         # as dask.array.optimization._optimize_slices does to every fused task
-        return _optimize_slices({key: task})[key]
+        return optimize_slices({key: task})[key]
 
     def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:  # pragma: no cover
         raise AssertionError("a fused task is never a chain member")
