@@ -200,8 +200,26 @@ class Profile:
         self.proc = subprocess.Popen(
             [exe, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--gil", "--format", "raw",
              "--output", self.path],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
+        # py-spy writes its output on Control-C only once its handler is set,
+        # just after it announces on stdout that it samples; a stage ended
+        # before that would kill it with nothing written, so the stage starts
+        # a moment after the announcement.
+        self._err: list[bytes] = []
+        sampling = threading.Event()
+
+        def read_output() -> None:
+            for line in self.proc.stdout:
+                self._err.append(line)
+                if b"Sampling process" in line:
+                    sampling.set()
+            sampling.set()
+
+        self._reader = threading.Thread(target=read_output, name="py-spy output", daemon=True)
+        self._reader.start()
+        sampling.wait(60)
+        time.sleep(0.25)
 
     def stop(self) -> Counter | None:
         """The stage's samples by category (None: see ``why_not``); ends the
@@ -212,15 +230,17 @@ class Profile:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
-            _, err = self.proc.communicate(timeout=60)
+            rc = self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
+            rc = self.proc.wait()
+        self._reader.join(10)
         if os.path.exists(self.path):
             with open(self.path) as fh:
                 self._got = parse_raw(fh.read())
         else:
-            self.why_not = "py-spy could not sample the scheduler: " + err.decode(errors="replace").strip()[-300:]
+            err = b"".join(self._err).decode(errors="replace").strip()[-300:]
+            self.why_not = f"py-spy could not sample the scheduler (exit {rc}): {err}"
         return self._got
 
 
