@@ -83,7 +83,7 @@ async def main(tasks: int, kind: str) -> None:
             t = time.perf_counter()
             gc.collect()
             print(f"first full collection after the ingestion: {time.perf_counter() - t:.2f} s "
-                  "(not an instrument cost; see README)")
+                  "(not an instrument cost; see docs/design.md, Garbage collection)")
 
             g = Gaps().start()
             tree = await memory_tree_async(s)

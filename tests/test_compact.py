@@ -626,24 +626,24 @@ def test_blocks_share_args_by_chunk_shape(most, monkeypatch):
                         else {(2, 2): 1, (2, 1): 3, (1, 2): 2, (1, 1): 1})
 
 
-def test_nodes_made_without_constructors_equal_dasks():
-    """The installed dask's Task and Alias constructors store what
-    fastnodes stores (checked at import); a change is noticed."""
+def test_nodes_made_without_constructors_equal_dasks(monkeypatch):
+    """The installed dask's Task and Alias constructors store what the
+    shim's fast constructors store, with setorder's frozensets (checked at
+    import: fastnodes.ENABLED); a change is noticed."""
     from slimgraph.ingest.compact import fastnodes
+    from slimgraph.ingest.compact.setorder import aliases_frozenset
+    from slimgraph.shim import nodes
 
-    assert fastnodes.ENABLED and fastnodes._agrees()
-    real = fastnodes.task
+    assert fastnodes.ENABLED and nodes.agrees(aliases_frozenset)
+    real = nodes.task
 
     def stale(key, func, args, kwargs, dependencies, data_producer=False):
         t = real(key, func, args, kwargs, dependencies, data_producer)
         t._repr = "stale"  # a slot the constructor leaves at None
         return t
 
-    fastnodes.task = stale
-    try:
-        assert not fastnodes._agrees()
-    finally:
-        fastnodes.task = real
+    monkeypatch.setattr(nodes, "task", stale)
+    assert not nodes.agrees(aliases_frozenset)
 
 
 @pytest.mark.parametrize("enabled", [True, False])

@@ -8,7 +8,8 @@ USAGE = """usage: python -m slimgraph COMMAND [options]
 commands:
   bench      stock vs slim update_graph on the same submission (time, memory)
   profile    one submission against a real scheduler: phase table and memory tree
-  dashboard  the live dashboard (panel serve) with an embedded LocalCluster
+  dashboard  the live dashboard (panel serve), its stock and slim engines in
+             scheduler processes of their own
 """
 
 

@@ -481,6 +481,7 @@ def _delegate_to_dask(keys, deps, data, external, dep_sets) -> list[int]:
     Slow, but exact; it is only used for pathological key sets.
     """
     from slimgraph.shim import DataNode, Task, TaskRef
+    from slimgraph.shim.nodes import set_dependencies
     from dask.order import order as dask_order
 
     datas = set(data)
@@ -494,7 +495,7 @@ def _delegate_to_dask(keys, deps, data, external, dep_sets) -> list[int]:
             dsk[k] = Task(k, _noop, *[TaskRef(keys[j]) for j in deps[i]])
             if dep_sets is not None:
                 # keep the original set object so its iteration order is used
-                dsk[k]._dependencies = dep_sets[i]
+                set_dependencies(dsk[k], dep_sets[i])
     res = dask_order(dsk)
     return [res.get(k, -1) if i < n_real else -1 for i, k in enumerate(keys)]
 

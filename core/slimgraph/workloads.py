@@ -4,7 +4,7 @@ One module for everything that submits a workload: the benchmark
 (``python -m slimgraph bench``), the profile command, the dashboard's
 launcher and the walkthrough notebook, so that "array, 10,000 tasks" is the
 same graph everywhere. These are the benchmark's definitions: the figures it
-published (README, 1M tasks) were measured on exactly these graphs.
+published (benchmarks/RESULTS.md) were measured on exactly these graphs.
 
 Each builder takes ``n``, any positive integer, and returns a dask
 collection whose graph has roughly ``n`` tasks once materialized on the

@@ -296,9 +296,8 @@ def browser_executable(exe: str, nice: int = 0) -> str:
     """The browser to start, as a user's browser runs: at niceness ``nice``,
     and never above the scheduler's priority. Run as root, Chromium raises
     its own IO and display threads to niceness -8 (it may: root has
-    ``CAP_SYS_NICE``); measured here, a headless Chromium showing dask's
-    Status page had 5 threads at -8, ahead of the scheduler it was
-    measuring on a machine of two cores. A user's browser has no such
+    ``CAP_SYS_NICE``), ahead of the scheduler it is measuring. A user's
+    browser has no such
     privilege, so the benchmark's browser is started through a script that
     drops the capability (``setpriv``) and applies ``nice``; Playwright's
     pipes to it pass through ``exec``. ``exe``: the browser itself."""

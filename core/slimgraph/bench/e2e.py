@@ -15,9 +15,9 @@ For each kind (stock, then slim, same run, same workload):
    a plain RPC: the latency another client or a heartbeat sees), submit the
    collection with ``client.compute`` and wait for the result, or with
    ``compute_seconds`` only that long after the submission returned, then
-   cancel (a 1M-task computation takes half an hour on two workers; what
-   follows an ingestion, such as a first garbage collection, still falls in
-   the pinged window). Other users' figures count what was answered by
+   cancel (computing a big graph on a few workers takes far longer than
+   ingesting it; what follows an ingestion, such as a first garbage
+   collection, still falls in the pinged window). Other users' figures count what was answered by
    the cut (the end of the computation, or the moment before the bench
    reads the state counts and cancels: its own walks of the scheduler's
    tasks on the loop are not what a user meets).
@@ -58,10 +58,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -75,13 +72,11 @@ PAGES_SETTLE_SECONDS = 3.0
 class _Load:
     """What other users of the scheduler see while it ingests: in processes
     of their own (the submitting client's process pickles the graph, holding
-    its GIL for seconds: a thread there measured that, not the scheduler;
-    in one 1M-task run it made the longest ping 5.5 s where the scheduler's
-    longest block was 1.2 s), each with its own event loop. The pinger has
-    a process to itself: sharing one with the browser's driver and the
-    second client, its round trips also measured that process's own turns
-    (a 463 ms ping while the scheduler's loop was not blocked at all, as a
-    page finished loading).
+    its GIL for seconds: a thread there measured that, not the scheduler),
+    each with its own event loop. The pinger has a process to itself:
+    sharing one with the browser's driver and the second client, its round
+    trips also measured that process's own turns (a page finishing loading
+    made long pings while the scheduler's loop was not blocked at all).
 
     - a second connection asks the scheduler for ``identity`` every
       ``interval`` seconds (a plain RPC: the latency another client or a
@@ -119,6 +114,7 @@ class _Load:
         self.pages: list = []
         self._stop = ctx.Event()
         self._pages_loaded = ctx.Value("i", 0)
+        self._pinged = ctx.Value("i", 0)
         self._pipes: list = []
         self._procs: list = []
         parts = [("slimgraph-ping", ("ping",))]
@@ -130,7 +126,7 @@ class _Load:
             self._procs.append(ctx.Process(
                 target=_load_main, name=name, daemon=True,
                 args=(address, dashboard, interval, submit_every, dashboard_every,
-                      self._stop, self._pages_loaded, send, pages, roles, nice)))
+                      self._stop, self._pages_loaded, send, pages, roles, nice, self._pinged)))
 
     @property
     def running(self) -> bool:
@@ -141,6 +137,15 @@ class _Load:
     def pages_loaded(self) -> int:
         """Dashboard page loads finished so far (while it runs)."""
         return self._pages_loaded.value
+
+    def wait_pinging(self, timeout: float = 60) -> None:
+        """Until the pinger's first round trip is back (its process imports
+        distributed first: a second or two in which nothing is measured)."""
+        deadline = time.time() + timeout
+        while self._pinged.value == 0:
+            if not self.running or time.time() > deadline:
+                raise RuntimeError("the ping process did not reach the scheduler")
+            time.sleep(0.05)
 
     def __enter__(self) -> "_Load":
         for p in self._procs:
@@ -164,11 +169,11 @@ class _Load:
 def _load_main(address: str, dashboard: str | None, interval: float, submit_every: float,
                dashboard_every: float, stop: Any, pages_loaded: Any, send: Any,
                pages: str = "reload", roles: tuple = ("ping", "submit", "pages"),
-               nice: int = 0) -> None:
+               nice: int = 0, pinged: Any = None) -> None:
     """A load process: runs ``roles`` until ``stop`` is set, then sends what
     it saw."""
     run = _LoadRun(address, dashboard, interval, submit_every, dashboard_every, stop, pages_loaded,
-                   pages, roles, nice)
+                   pages, roles, nice, pinged)
     try:
         asyncio.run(run._run())
     finally:
@@ -181,8 +186,9 @@ class _LoadRun:
 
     def __init__(self, address: str, dashboard: str | None, interval: float, submit_every: float,
                  dashboard_every: float, stop: Any, pages_loaded: Any, pages: str = "reload",
-                 roles: tuple = ("ping", "submit", "pages"), nice: int = 0):
+                 roles: tuple = ("ping", "submit", "pages"), nice: int = 0, pinged: Any = None):
         self.address = address
+        self._pinged = pinged
         self.roles = roles
         self.nice = nice
         self.pages_mode = pages
@@ -233,6 +239,8 @@ class _LoadRun:
                 q, t, w = waited(), time.perf_counter(), time.time()
                 await r.identity()
                 self.pings.append((w, time.perf_counter() - t, waited() - q))
+                if self._pinged is not None and self._pinged.value == 0:
+                    self._pinged.value = 1
                 await asyncio.sleep(self.interval)
         finally:
             await r.close_rpc()
@@ -251,9 +259,9 @@ class _LoadRun:
                 # times the cancel after the load has stopped, and a submit
                 # still waiting then is not a round trip seen)
                 # one waiter, looked at every 0.1 s (a waiter per look left
-                # one task per 0.1 s behind, each ending in an error nobody
-                # read once the future was released: 1,846 tracebacks on
-                # stock's 120 s block)
+                # one task per look behind, each ending in an error nobody
+                # read once the future was released: a traceback per look
+                # for as long as the scheduler's loop was blocked)
                 waiter = asyncio.ensure_future(fut.result())
                 while not waiter.done() and not self._stop.is_set() and time.perf_counter() - t < 120:
                     await asyncio.wait({waiter}, timeout=0.1)
@@ -332,16 +340,6 @@ def distribution(values: list) -> dict | None:
             "max": float(a.max())}
 
 
-def _wait_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    t0 = time.monotonic()
-    while not os.path.exists(path) or os.path.getsize(path) == 0:
-        if proc.poll() is not None:
-            raise RuntimeError(f"scheduler exited with {proc.returncode}")
-        if time.monotonic() - t0 > timeout:
-            raise TimeoutError("scheduler did not start")
-        time.sleep(0.1)
-
-
 def real_use_collection(client: Any, workload: str, tasks: int) -> Any:
     """``workload`` as users submit it after some work: on inputs already on
     the cluster (persisted for the array, scattered futures for the delayed
@@ -373,35 +371,20 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
     the load's browser run at this niceness, as on a cluster where they do
     not share the scheduler's cores (on this machine's two cores, two busy
     workers and a browser otherwise leave the scheduler's loop, and the
-    pinger, waiting for a CPU: ``no CPU`` blocks of 0.2-0.5 s, the same
-    for both engines). The scheduler, the client and the pinger are not
+    pinger, waiting for a CPU: ``no CPU`` blocks, the same for both
+    engines). The scheduler, the client and the pinger are not
     niced."""
     import contextlib
 
     from distributed import Client, span, wait
 
-    from slimgraph.workloads import WORKLOADS
+    from slimgraph.bench.processes import cluster_processes
     from slimgraph.instrument.client import get_submissions, install
+    from slimgraph.workloads import WORKLOADS
 
     say = progress or (lambda msg: None)
-    tmp = tempfile.mkdtemp(prefix=f"slimgraph-e2e-{kind}-")
-    sfile = os.path.join(tmp, "scheduler.json")
-    py = sys.executable
-    cmd = [py, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-           "--port", "0", "--dashboard-address", ":0", "--scheduler-file", sfile]
-    if kind == "slim":
-        cmd += ["--preload", "slimgraph.distributed"]
-    logs = open(os.path.join(tmp, "processes.log"), "w")
-    ok = False
-    procs = [subprocess.Popen(cmd, stdout=logs, stderr=subprocess.STDOUT)]
-    try:
-        _wait_file(sfile, procs[0])
-        procs.append(subprocess.Popen(
-            [py, "-m", "distributed.cli.dask_worker", "--scheduler-file", sfile,
-             "--nworkers", str(workers), "--nthreads", "1", "--no-dashboard",
-             "--memory-limit", "0"],
-            stdout=logs, stderr=subprocess.STDOUT,
-            preexec_fn=(lambda: os.nice(nice)) if nice else None))
+    with cluster_processes(kind, workers, nice) as cluster:
+        sfile = cluster.scheduler_file
         with Client(scheduler_file=sfile, timeout="60s") as client:
             client.wait_for_workers(workers, timeout=120)
             niceness = sorted(client.run(os.nice, 0).values())
@@ -415,6 +398,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             say(f"{kind}: submitting")
             with _Load(client.scheduler.address, dash, submit_every=0.5 if load else 0,
                        pages=pages, nice=nice) as ping:
+                ping.wait_pinging()
                 while load and ping.pages_loaded < 2:  # the dashboard pages are open first
                     if not ping.running:
                         raise RuntimeError("the load process ended before dask's dashboard pages "
@@ -422,8 +406,8 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     time.sleep(0.1)
                 if load:
                     # a user opens the pages, then submits: a Status page
-                    # pulls its first updates after its load event (pings of
-                    # 0.1-0.4 s on either engine, no tasks yet)
+                    # pulls its first updates after its load event (slow
+                    # pings on either engine, with no tasks yet)
                     time.sleep(PAGES_SETTLE_SECONDS)
                 # this client's earlier submissions (the inputs) are not the one measured
                 seen = len([r for r in get_submissions(client) if r.client == client.id])
@@ -445,7 +429,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
                     time.sleep(max(0.0, rec.start + rec.total_s + compute_seconds - time.time()))
                     # other users' figures end here: what follows is the
                     # bench's own reading of the scheduler (the state counts
-                    # walk every task on its loop, 0.1-0.5 s at 1M) and the
+                    # walk every task on its loop) and the
                     # cancel, each a block that a ping still in flight meets
                     t_cut = time.time()
                     t_done = value = None
@@ -480,12 +464,6 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             blocks = client.run_on_scheduler(_loop_blocks, since=t0)
         window = answered_within(ping.pings, t0, t_cut)
         lp = longest_ping(window, blocks, t0)
-        # the scheduler closes its workers as a cluster's shutdown does (a
-        # terminated dask-worker takes 8 s to close its nannies); from a
-        # client of its own, not the default one: a default client shut
-        # down leaves dask's config naming the distributed scheduler
-        with Client(scheduler_file=sfile, timeout="30s", set_as_default=False) as closer:
-            closer.shutdown()
         if rec.status != "OK":
             raise RuntimeError(f"{kind}: update_graph {rec.status}: {rec.error}")
         rss = None
@@ -537,28 +515,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2,
             "compute_seconds": None if t_done is None else t_done - t0,
             "result": None if t_done is None else repr(value)[:200],
         }
-        ok = True
-        return out
-    finally:
-        if ok:  # (shut down: they are on their way out)
-            for p in procs:
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    pass
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        logs.close()
-        if ok:  # on failure the processes' log stays for a look
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"  {kind}: scheduler and worker logs in {tmp}", file=sys.stderr)
+    return out
 
 
 def _loop_blocks(since: float, dask_scheduler: Any = None) -> list:
@@ -646,8 +603,8 @@ def _watch_key(key: Any, dask_scheduler: Any = None) -> None:
 async def _key_gone_at(key: Any, dask_scheduler: Any = None) -> float | None:
     """When the watcher saw ``key`` go. Asked once the key is gone: after a
     long block the loop runs the client's request (I/O) before the
-    watcher's due timer, so the answer may still be on its way (at 1M
-    tasks the slim run's figure came back empty); waits up to 2 s for it."""
+    watcher's due timer, so the answer may still be on its way; waits up
+    to 2 s for it."""
     for _ in range(200):
         if key in _GONE:
             return _GONE[key]

@@ -1,6 +1,6 @@
 """``python -m slimgraph bench``: stock and slim, same submission, one table.
 
-JSON schema written by ``--json PATH`` (also documented in the README)::
+JSON schema written by ``--json PATH`` (also documented in docs/benchmarks.md)::
 
     {
       "workload": "array", "requested_tasks": 1000000, "tasks": 1001234,
@@ -327,15 +327,17 @@ def main(argv: list[str] | None = None) -> None:
                          "(dask materializes every node), which shows what compact ingestion saves")
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="skip the limits run (slimgraph.bench.floor)")
-    ap.add_argument("--mode", choices=("engine", "client", "dashboard"), default="engine",
+    ap.add_argument("--mode", choices=("engine", "client", "dashboard", "life"), default="engine",
                     help="engine: one replayed submission per fresh in-process scheduler "
                          "(default); client: end to end through a real Client to scheduler "
                          "and worker processes, including the computation; dashboard: the "
                          "dashboard app in headless Chromium while stock ingests (page loads, "
-                         "widget answers, refresh gaps; issue #15's targets), and a soak")
-    ap.add_argument("--workers", type=int, default=2, help="worker processes (client mode)")
+                         "widget answers, refresh gaps; issue #15's targets), and a soak; life: "
+                         "a graph's whole life (ingest, run, release) on scheduler and worker "
+                         "processes, the scheduler's CPU per stage and by what ran")
+    ap.add_argument("--workers", type=int, default=2, help="worker processes (client and life modes)")
     ap.add_argument("--compute-seconds", type=float, default=None,
-                    help="client mode: stop computing this long after the submission "
+                    help="client and life modes: stop computing this long after the submission "
                          "(cancel; the ping keeps running until then); default: compute to the end")
     ap.add_argument("--no-load", dest="load", action="store_false",
                     help="client mode: only ping (no second client's submissions, "
@@ -369,6 +371,13 @@ def main(argv: list[str] | None = None) -> None:
         from slimgraph.bench.browser import bench_dashboard, format_dashboard_table
 
         print(format_dashboard_table(bench_dashboard(a.workload, a.tasks, a.soak_minutes, a.json_path)))
+        return
+    if a.mode == "life":
+        if a.only:
+            ap.error("--only is for --mode engine: life mode runs stock and slim for its ratios")
+        from slimgraph.bench.life import bench_life, format_life_table
+
+        print(format_life_table(bench_life(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds)))
         return
     if a.mode == "client":
         if a.only:

@@ -223,7 +223,7 @@ class App:
         self.poll = poller or shared_poller(self.mgr)
         self.kinds = self.mgr.kinds()
         #: the Bokeh figures: built after the page has loaded (``defer_load``),
-        #: since building ~60 Bokeh models takes most of a page load
+        #: since building the page's Bokeh models is most of a page load
         self.views: Views | None = None
         self.rss: RssView | None = None
         self._seen = dict.fromkeys(self.kinds, 0)
@@ -436,10 +436,9 @@ class App:
         Why the same columns. Every new set of columns makes Tabulator's
         column models anew, and a page loading while that happens can get a
         message that names models it was never sent: a reloaded page broke
-        with BokehJS errors ("reference p131435 isn't known", "Cannot read
-        properties of null (reading 'firstChild')") once in 130 reloads
-        of a 30-minute soak, and in 16 of 60 reloads of a bare Tabulator
-        whose columns change every 60 ms (none with fixed columns)."""
+        with BokehJS errors ("reference pNNNN isn't known", "Cannot read
+        properties of null (reading 'firstChild')"), and a bare Tabulator
+        whose columns change often does the same (none with fixed columns)."""
         columns = ["part", *(f"{k} B/task" for k in self.kinds)]
         if len(self.kinds) == 2:
             columns.append("stock - slim B/task")
@@ -463,8 +462,7 @@ class App:
         apart, instead of one: the figures, their data, then the tabs
         (attached to the page in one piece). Each turn holds Panel's loop,
         which every open page's refresh needs too: made in one turn, a new
-        page held it 0.9 s (the other pages' RSS points 1.3-1.5 s apart
-        instead of 0.5 s with idle engines; 2.4 s while stock ingests 1M).
+        page held it long enough to hold up every other page's refresh.
         The pause lets the refreshes that fell due run between the turns.
         A page closed meanwhile (a reload, a tab closed at once) stops at
         the next turn: its charts would be built and sent to nobody."""
@@ -727,9 +725,9 @@ class App:
                 from slimgraph.instrument.memory import fmt_bytes
 
                 how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"
-                # (what the tree is of, on a second line: one line was cut
-                # at the figure's width in a 1,000 px window; every title has
-                # two, see _plot_cards)
+                # (what the tree is of, on a second line: a title on one line
+                # is cut at the figure's width in a narrow window; every title
+                # has two, see _plot_cards)
                 when = "\n" + (when.lstrip(", ") if when else f"live: {LIVE_TREE}")
                 self.views.memory[k].figure.title.text = f"scheduler memory: {k}, {fmt_bytes(total)} ({how}){when}"
         if labels:  # jobs name the bars
@@ -800,9 +798,9 @@ class App:
         reach a page through Panel's (``_plot_cards_in_steps``); when that
         message was queued behind a busy socket, the next refresh's streams
         went out first through Bokeh's and named models the browser had not
-        been sent yet: ~10 BokehJS "reference pNNNN isn't known" errors and
-        charts that stayed empty (1 in ~8 pages submitted to at once; the
-        websocket's frames showed the stream messages written before the
+        been sent yet: BokehJS "reference pNNNN isn't known" errors and
+        charts that stayed empty (the websocket's frames showed the stream
+        messages written before the
         older message that defined their models). Inside ``unlocked`` every
         change goes through Panel's queue, behind whatever it still holds."""
         try:
@@ -819,9 +817,9 @@ class App:
         there is no server session to ask). A closed page's session lives on
         for 15-32 s (Bokeh's unused-session lifetime, checked every 17 s);
         its refresh drew into figures nobody sees, on the loop every open
-        page needs: while stock ingested 1M and a page opened every ~4 s
-        (``bench --mode dashboard``), refreshes were a third of the loop's
-        busy time (py-spy). Skipped refreshes lose nothing: each draws what
+        page needs, and with pages opening often while an engine ingests
+        such refreshes take a large share of that loop's busy time.
+        Skipped refreshes lose nothing: each draws what
         is new since the last one it drew."""
         ctx = getattr(self._doc, "session_context", None)
         session = getattr(ctx, "_session", None)
@@ -852,9 +850,9 @@ def quiet_periodic_callback(callback: Any, period_ms: int) -> Any:
 
     Why: Panel counts every periodic callback as a busy event, and a busy
     change sets the template's spinner, one object shared by every session,
-    so each session's refresh pushed a change to every open page: with a few
-    pages open, 1.3 s of the Panel loop in 30 s went to spinner updates
-    (py-spy, six page loads). A refresh every half second is not work a user
+    so each session's refresh pushed a change to every open page, and with
+    a few pages open the Panel loop spent a noticeable share of its time on
+    spinner updates. A refresh every half second is not work a user
     waits for. Panel's ``PeriodicCallback`` takes ``background=True`` for
     this; where it does not (an older Panel), this is the usual callback."""
     from panel.io.callbacks import PeriodicCallback
@@ -879,8 +877,8 @@ def quiet_closed_websockets(loop: Any = None) -> bool:
     Why: when a browser tab reloads or closes while the server is pushing
     to it, Bokeh's write fails with ``WebSocketClosedError`` in a task nobody
     awaits, and asyncio prints "Task exception was never retrieved" with a
-    traceback (13 in a 30-minute soak of 80 reloads: ``bench --mode
-    dashboard --soak-minutes 30``). The user did nothing wrong and nothing
+    traceback (``bench --mode dashboard --soak-minutes 30`` met it). The
+    user did nothing wrong and nothing
     is lost; every other exception still goes to the default handler."""
     import asyncio
 
@@ -913,8 +911,8 @@ class DetachedSessionFilter(logging.Filter):
     last messages (a plot's range, computed on the page) can be handled
     after Bokeh has detached the session from the connection; Bokeh's
     ``ServerConnection.session`` then fails an ``assert`` and both Bokeh's
-    protocol handler and Tornado log the traceback (4 in a 1M-task
-    ``bench --mode dashboard`` run, at one closed tab). Nothing is lost:
+    protocol handler and Tornado log the traceback (a ``bench --mode
+    dashboard`` run met it at a closed tab). Nothing is lost:
     the page is gone. Only that exact failure is demoted; every other
     record passes unchanged."""
 
@@ -956,16 +954,16 @@ _frozen = False
 
 def freeze_startup_objects() -> bool:
     """Move what the server process holds before its first page (the
-    imported modules of Panel, Bokeh, pandas, dask and distributed: ~230k
-    objects) out of the cyclic collector's reach, once (``gc.freeze``).
+    imported modules of Panel, Bokeh, pandas, dask and distributed: a few
+    hundred thousand objects) out of the cyclic collector's reach, once
+    (``gc.freeze``).
 
     Why: Panel runs a full ``gc.collect()`` on its event loop after pages
-    are closed, and every full collection walked all of them: ~85 ms in a
-    quiet app, about 0.5 s while a 1M-task ingestion shares the machine
-    (py-spy of the app under ``bench --mode dashboard``), on the loop every
-    open page's refresh needs. After the freeze a collection walks only
-    what was made since (2-3 ms quiet). Those objects live as long as the
-    process anyway. Returns whether this call froze."""
+    are closed, and every full collection walked all of them, longer still
+    while an ingestion shares the machine, on the loop every open page's
+    refresh needs. After the freeze a collection walks only what was made
+    since. Those objects live as long as the process anyway. Returns
+    whether this call froze."""
     global _frozen
     if _frozen:
         return False

@@ -1,6 +1,6 @@
 """The schedulers the app submits to and reads: one process-wide manager.
 
-Embedded (default): per scheduler kind, a real scheduler *process*
+Engine processes (default): per scheduler kind, a real scheduler *process*
 (``python -m distributed.cli.dask_scheduler``; slim with ``--preload
 slimgraph.distributed``, stock with ``--preload slimgraph.views.tab`` so its
 phases are recorded; both get the slimgraph tab in their own dashboard) and
@@ -17,7 +17,8 @@ app's process, so
 - bokeh's process-wide ``Property._should_validate`` flag, which
   distributed's dashboard toggles without thread safety, is never touched by
   a scheduler thread in the Panel process (the cause of broken sessions and
-  HTTP 500s on dask's ``/status`` seen with embedded schedulers).
+  HTTP 500s on dask's ``/status`` seen when schedulers ran in the app's
+  process).
 
 The processes are this app's children; :meth:`ClusterManager.close` stops
 them (terminate, then kill after 10 s), and an ``atexit`` hook does so when
@@ -51,6 +52,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from slimgraph.bench.processes import wait_scheduler_file
 from slimgraph.instrument.feed import Feed, RemoteFeed
 from slimgraph.views.figures import KINDS
 
@@ -78,7 +80,7 @@ class Entry:
     error: str = ""
     dashboard_link: str = ""
     address: str = ""
-    #: the scheduler process's pid (embedded engines; None for a remote one)
+    #: the scheduler process's pid (engines the app started; None for a remote one)
     pid: int | None = None
     #: the child processes (scheduler, workers) and their log directory
     procs: list = field(default_factory=list)
@@ -141,7 +143,7 @@ class ClusterManager:
             stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
         e.procs.append(sched)
         e.pid = sched.pid
-        _wait_file(sfile, sched)
+        wait_scheduler_file(sfile, sched)
         e.procs.append(subprocess.Popen(
             [py, "-m", "distributed.cli.dask_worker", "--scheduler-file", sfile,
              "--nworkers", str(self.n_workers), "--nthreads", str(self.threads_per_worker),
@@ -222,17 +224,6 @@ class ClusterManager:
             e.pid = None
             if e.status == "running":
                 e.status = "not started"
-
-
-def _wait_file(path: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    """Wait for the scheduler file (the scheduler is listening then)."""
-    t0 = time.monotonic()
-    while not os.path.exists(path) or os.path.getsize(path) == 0:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the scheduler process exited with {proc.returncode}")
-        if time.monotonic() - t0 > timeout:
-            raise TimeoutError("the scheduler process did not start within 60 s")
-        time.sleep(0.1)
 
 
 def stop_processes(procs: list, grace: float = 10.0) -> None:

@@ -52,8 +52,8 @@ DONE_STATES = ("memory", "released", "forgotten", "erred")
 _rates: dict[tuple[str, str], list[tuple[int, float]]] = {}
 
 #: earlier jobs count for an estimate when they are within this factor of
-#: its size: a small job's per-task time is mostly fixed costs (a 1.5k-task
-#: job's told a 120k-task one to expect 206 s; it took 12 s)
+#: its size: a small job's per-task time is mostly fixed costs, which
+#: would make a much bigger job expect far too long
 SIZE_FACTOR = 10
 
 

@@ -1,4 +1,4 @@
-"""``slimgraph dashboard``: serve the app on port 5006 with embedded clusters.
+"""``slimgraph dashboard``: serve the app on port 5006, with stock and slim engine processes.
 
 ``main()`` is what the CLI calls (``slimgraph dashboard``, ``python -m
 slimgraph dashboard``). It is ``panel serve`` of the app run in this

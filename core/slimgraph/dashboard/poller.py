@@ -3,7 +3,7 @@
 Why. A refresher per browser session walks the schedulers once per open tab,
 and one that awaits a scheduler on the session's event loop freezes that
 page while the scheduler is busy (stock blocks its loop for the whole
-update_graph: ~50 s at 1M tasks). Here one :class:`Poller` per process runs
+update_graph). Here one :class:`Poller` per process runs
 in a thread of its own, with its own event loop and its own asynchronous
 Client per engine (never the job's Client, which may be serializing a big
 graph), and keeps a plain :class:`EngineSnapshot` per engine. A browser
@@ -20,7 +20,7 @@ What is polled, per engine:
   seen. A call that has not answered is left running (never a second one
   behind it): the engine shows "not answering for N s" instead;
 - every few seconds (longer on big graphs: the walks cost the scheduler
-  ~1.5 s of loop time per million tasks, in slices of 10 ms), the
+  loop time in proportion to its tasks, in slices of 10 ms), the
   lazy-container census and a sampled memory tree.
 
 Records are labelled with the launcher's jobs by :class:`JobBook` (pure):

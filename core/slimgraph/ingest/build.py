@@ -15,11 +15,11 @@ keeps serving.
 What the build read from the scheduler is recorded in :class:`Reads`, so
 that a staged commit can check that none of it changed in the meantime.
 
-Costs (1M-task array, 2-core machine): one ``SlimTaskState.detached`` per
-new task (the bare CPython floor of building one slotted object, a dict
-entry and its links is ~1.3 s at 1M, see ``slimgraph.bench.floor``); one
-group lookup per distinct *name*, not per key; edges packed into compact
-containers in bulk, one container per task.
+Costs: one ``SlimTaskState.detached`` per new task (close to the bare
+CPython floor of building one slotted object, a dict entry and its links,
+see ``slimgraph.bench.floor``); one group lookup per distinct *name*, not
+per key; edges packed into compact containers in bulk, one container per
+task.
 """
 from __future__ import annotations
 
@@ -260,13 +260,14 @@ def seed(state: Any, b: Build) -> None:
 
     Why. The scheduler's dict with a million new entries is a new hash table
     of ~40 MB; whoever makes it first touches it, page by page, in one C
-    call that holds the GIL (up to 50 us a page on this machine's VM under
-    load). The build's own dict is such a table, made in this thread. The
-    commit adopts it as the scheduler's when the scheduler holds no task, or
-    (seeded) when its entries are still the ones copied here: stock's order
-    (the scheduler's entries, then the new ones, as ``update`` leaves them)
-    and no second table. Before: a second dict merged from both, whose
-    growth held the GIL 0.2-0.54 s in real-use 1M array runs."""
+    call that holds the GIL (page faults are slow on a busy VM). The
+    build's own dict is such a table, made in this thread. The commit hands
+    its contents to the scheduler's dict
+    (:func:`slimgraph.ingest.apply.add_tasks`) when the scheduler holds no
+    task, or (seeded) when its entries are still the ones copied here:
+    stock's order (the scheduler's entries, then the new ones, as
+    ``update`` leaves them), and no second table, made and grown in one
+    call, as a dict merged from both would be."""
     tasks = state.tasks
     if not tasks or len(tasks) * SEED_RATIO > len(b.sub.index.reached):
         return
@@ -661,7 +662,7 @@ def _grown_dependents(old: Any, lst: list, lazy: bool) -> Any:
 
 def _in_index_order(indices: list, n: int) -> Any:
     """``sorted(indices)`` for distinct indices below ``n``, without one long
-    C-level sort (it holds the GIL: 0.2 s for a million, a stall for the
+    C-level sort (it holds the GIL for the whole sort, a stall for the
     event loop even when a worker thread sorts)."""
     if len(indices) == n:
         return range(n)

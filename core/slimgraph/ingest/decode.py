@@ -7,7 +7,8 @@ requested tasks (812k Tasks) about a quarter of the 3.6 s ``pickle.loads``
 takes, in one call that holds the GIL.
 
 What. :func:`deserialize` unpickles with an ``Unpickler`` that makes each
-``dask._task_spec.Task`` as an instance of :class:`_DecodedTask`, a subclass
+``dask._task_spec.Task`` as an instance of the shim's ``DecodedTask``
+(:mod:`slimgraph.shim.nodes`), a subclass
 without slots of its own whose ``__setstate__`` assigns the nine slots in one
 statement and then makes the object a plain ``Task`` (``__class__``
 assignment, allowed between classes with the same layout). What comes out is
@@ -33,7 +34,7 @@ Only for what distributed's ``pickle`` serializer makes with a single frame
 wire encoding adds; until 2026-12-06 that entry sent every real client's
 submission the C way, and the loop waited up to 0.48 s for the unpickling
 of a 1M-task array, in the bench's client mode) and only when dask's
-``Task`` has the slots this module knows (dask 2026.3 to 2026.8); anything
+``Task`` has the slots the shim knows (dask 2026.3 to 2026.8); anything
 else goes to distributed's own ``deserialize``.
 """
 from __future__ import annotations
@@ -45,33 +46,11 @@ from typing import Any
 from slimgraph import shim
 from slimgraph.ingest import memo
 from slimgraph.runtime.disposal import drain
-from slimgraph.shim.compact import Task
+from slimgraph.shim.nodes import DECODES, decoding_class
 
-_KNOWN_SLOTS = ["_data_producer", "_dependencies", "_is_coro", "_repr", "_token", "args", "func", "key", "kwargs"]
-
-#: whether dask's Task pickles the state :class:`_DecodedTask` assigns
-#: (``__getstate__`` gives the slots in ``get_all_slots()`` order)
-FAST = list(Task.get_all_slots()) == _KNOWN_SLOTS
-
-
-class _DecodedTask(Task):
-    """A ``Task`` while pickle fills it; a ``Task`` once filled."""
-
-    __slots__ = ()
-
-    def __setstate__(self, state: tuple) -> None:
-        (
-            self._data_producer,
-            self._dependencies,
-            self._is_coro,
-            self._repr,
-            self._token,
-            self.args,
-            self.func,
-            self.key,
-            self.kwargs,
-        ) = state
-        self.__class__ = Task
+#: whether dask's Task pickles the state the shim's ``DecodedTask`` assigns
+#: (the slots this module knows)
+FAST = DECODES
 
 
 class _FrameReader:
@@ -94,9 +73,9 @@ class _FrameReader:
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        if name == "Task" and module == "dask._task_spec":
-            return _DecodedTask
-        return super().find_class(module, name)
+        # dask's Task filled by the shim's ``DecodedTask`` (plain Tasks
+        # come out); every other class as pickle finds it
+        return decoding_class(module, name) or super().find_class(module, name)
 
 
 #: header entries of a one-frame pickled submission: what distributed's

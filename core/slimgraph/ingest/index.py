@@ -217,7 +217,7 @@ def _reach(wanted: set, get: Any, deps: Any, external: dict, node_deps: Any) -> 
 
 def _in_index_order(indices: list, n: int) -> Any:
     """``sorted(indices)`` for distinct indices below ``n``, without one long
-    C-level sort (it holds the GIL: 0.2 s for a million, a stall for the
+    C-level sort (it holds the GIL for the whole sort, a stall for the
     event loop even when a worker thread sorts)."""
     if len(indices) == n:
         return range(n)

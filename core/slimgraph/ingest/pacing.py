@@ -33,7 +33,7 @@ import time
 from collections import deque
 from typing import Any
 
-from slimgraph import config
+from slimgraph import config, shim
 from slimgraph.runtime import loopshare
 
 __all__ = ["send_all", "Pacer"]
@@ -52,7 +52,7 @@ def send_all(state: Any, client_msgs: dict, worker_msgs: dict) -> None:
                 len(msgs) > n
                 and bs is not None
                 and getattr(bs, "slim_pacer", None) is None  # (else its send queues them)
-                and hasattr(bs, "buffer")
+                and shim.is_batched_send(bs)
                 and not bs.closed()
             ):
                 Pacer(bs, msgs, n).start()
@@ -104,7 +104,7 @@ class Pacer:
     def close(self, timeout: Any = None) -> Any:
         bs = self.bs
         if self.pending:
-            bs.buffer.extend(self.pending)
+            shim.stream_requeue(bs, self.pending)
             self.pending.clear()
         self._done()
         return type(bs).close(bs, timeout=timeout)
@@ -124,8 +124,8 @@ class Pacer:
         whatever else ran then)."""
         bs = self.bs
         last = time.perf_counter()
-        while bs.batch_count == batches:
-            if bs.please_stop or bs.closed():
+        while shim.stream_batches(bs) == batches:
+            if shim.stream_stopping(bs):
                 return 0.0
             last = time.perf_counter()
             await asyncio.sleep(0.001)
@@ -137,13 +137,13 @@ class Pacer:
         send = type(bs).send
         try:
             while pending:
-                if bs.please_stop or bs.closed():
+                if shim.stream_stopping(bs):
                     break
-                if bs.buffer:  # the previous slice is not taken yet
+                if shim.stream_buffered(bs):  # the previous slice is not taken yet
                     await asyncio.sleep(0.001)
                     continue
                 n = min(self.slice_size, len(pending))
-                batches = bs.batch_count
+                batches = shim.stream_batches(bs)
                 send(bs, *[pending.popleft() for _ in range(n)])
                 Pacer.slices_handed += 1
                 if pending and loopshare.ratio():
@@ -153,8 +153,8 @@ class Pacer:
                     await asyncio.sleep(loopshare.rest_after(await self._written(batches)))
                 await asyncio.sleep(0)
         finally:
-            if pending and not bs.please_stop and not bs.closed():
+            if pending and not shim.stream_stopping(bs):
                 # (cancelled, e.g. the loop is closing): the rest at once
-                bs.buffer.extend(pending)
+                shim.stream_requeue(bs, pending)
             pending.clear()  # (a closed stream drops them, as its buffer)
             self._done()

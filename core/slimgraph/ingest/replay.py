@@ -626,16 +626,16 @@ class _Replay:
         plan.n_entries = n
         keep = st.transition_log.maxlen
         if keep is not None and entries:
-            # the commit keeps the log's last records: made here (100k of
-            # them took 0.17 s on the loop), the commit slices them
+            # the commit keeps the log's last records: made here (a full
+            # log's worth is a long step on the loop), the commit slices them
             # (a complete log is a list of every entry: sliced, not copied whole)
             last = entries[-keep:] if type(entries) is list else list(entries)[-keep:]
             now = plan.now
             make = shim.Transition
             plan.premade = (sid, [make(k, a, f, r, sid, now) for k, a, f, r in last])
         # an outside task with no waiters set (slim allocates it lazily)
-        # gets it made here, off the commit (hashing 745k tasks of a 1M
-        # array on persisted inputs took 0.45 s there), as the commit would
+        # gets it made here, off the commit (hashing every task of a big
+        # graph on persisted inputs is a long step there), as the commit would
         # make it: by insertion. The commit adopts it while the task still
         # has none (what the build read, checked before it publishes).
         for dts, lst in outside_waiters.items():

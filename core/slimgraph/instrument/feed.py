@@ -9,8 +9,8 @@ serialization, into the instrument's objects: :class:`SubmissionRecord`
 
 - :class:`LocalFeed`: a scheduler object in this process. The extension's
   methods run on the scheduler's own event loop (hopping threads when the
-  caller runs elsewhere, as the Panel app does with an embedded
-  LocalCluster), so a walk never races with ``update_graph``; the extension
+  caller runs on another thread, as a notebook beside an in-process
+  LocalCluster does), so a walk never races with ``update_graph``; the extension
   is created on first use.
 - :class:`RemoteFeed`: a scheduler reached through a ``distributed.Client``
   (synchronous or asynchronous), calling the ``slimgraph_*`` RPC handlers.
@@ -184,7 +184,7 @@ class LocalFeed(Feed):
     Except :data:`OFF_LOOP`: handlers that read only thread-safe state (the
     History, behind its lock; counters copied in single C-level steps) run
     in the caller's thread once the extension exists, so a scheduler loop
-    busy with a long ingestion (stock blocks it for a minute at 1M tasks)
+    busy with a long ingestion (stock blocks it for the whole update_graph)
     does not hold up a dashboard's new bars and RSS line.
     """
 

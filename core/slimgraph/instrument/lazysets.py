@@ -165,7 +165,7 @@ def _census_gen(scheduler: Any, budget_s: float, attrs: tuple[str, ...] = ATTRS
     slice_t0 = time.perf_counter()
     # Popped from the end, so that the snapshot is released as we go: freeing
     # a million-entry list in one go touches every task state's refcount,
-    # scattered in memory, ~60-80 ms of loop time. Counts do not depend on
+    # scattered in memory, in one call. Counts do not depend on
     # the order.
     pop = tss.pop
     i = 0
@@ -203,7 +203,7 @@ def _census_gen(scheduler: Any, budget_s: float, attrs: tuple[str, ...] = ATTRS
                     # overall. Only these go into ``seen``: sharing between
                     # a task's own attributes (copy-on-write waiting_on)
                     # would put a million entries there, and growing or
-                    # freeing that dict blocks the loop for ~50-100 ms.
+                    # freeing that dict would block the loop.
                     r.shared += 1
                     if id(v) not in seen:
                         seen[id(v)] = v
@@ -248,8 +248,8 @@ async def census_async(scheduler: Any, attrs: tuple[str, ...] = ATTRS,
     gen = _census_gen(scheduler, budget_s, attrs)
     # The cyclic GC stays off until the census is over: the snapshot of
     # every task state is a fresh million-entry list in the young
-    # generation, and each young collection would traverse it (~25 ms of
-    # loop time at 1M tasks). Collections are deferred, not skipped.
+    # generation, and each young collection would traverse it, on the
+    # loop. Collections are deferred, not skipped.
     with gcpause.paused():
         while True:
             out = next(gen)

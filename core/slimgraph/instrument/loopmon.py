@@ -10,8 +10,8 @@ logged with the loop thread's stack.
 
 Accuracy: a completed block of length ``B`` is reported as ``gap - interval``
 where ``gap`` is the time between two callback runs, i.e. a value in
-``[B - interval, B]`` (a lower bound, off by at most one interval; timer
-jitter adds ~0.1 ms). Blocks shorter than ``interval`` may be reported as 0.
+``[B - interval, B]`` (a lower bound, off by at most one interval, plus
+the timer's jitter). Blocks shorter than ``interval`` may be reported as 0.
 :meth:`longest_since` also includes the block in progress at the moment it
 is called (``now - last tick - interval``, same bounds), which is what an
 ``update_graph`` wrapper needs: its synchronous section is still running
@@ -25,10 +25,10 @@ thread holding the GIL. Blocks of at least ``blame_after`` are kept with
 their cause (:meth:`causes_since`), so a record can say which of its blocks
 were the engine's and which were other users'.
 
-Cost: one timer callback per interval (~3-5 us each, i.e. <0.1 % of a core
-at 10 ms) plus the watchdog thread waking every 10 ms (a per-thread CPU clock read
-each time, ~20 us; stacks only while a block lasts); cheap enough to keep
-on in production.
+Cost: one tiny timer callback per interval plus the watchdog thread waking
+every 10 ms (a per-thread CPU clock read each time; stacks only while a
+block lasts): a small fraction of a core, cheap enough to keep on in
+production.
 """
 from __future__ import annotations
 
@@ -285,7 +285,7 @@ class LoopMonitor:
             cause = now_runs = None
             # the blocks that had ended when the clocks were read: the
             # watchdog may wait for the GIL between two lines of its own
-            # (seen for 400 ms), and one that ends meanwhile is not what
+            # (for as long as a block), and one that ends meanwhile is not what
             # this snapshot shows; the next wake-up takes it
             ended = {a: b for a, b in list(self._block_end.items()) if b <= now}
             sampling = in_block or tracked is not None or bool(ended)

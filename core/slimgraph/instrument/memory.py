@@ -20,7 +20,7 @@ separately allocated table, so totals equal what ``tracemalloc`` traces for
 the same objects; the tests check the walk against ``tracemalloc`` on small
 graphs within 10 % (what tracemalloc sees but the walk does not: transient
 garbage not yet freed, the allocator's own rounding is in neither). Not
-counted: pymalloc's arena/pool slack (RSS is 5-15 % above), memory that is
+counted: pymalloc's arena/pool slack (RSS is above the walk's total), memory that is
 not held by Python objects, and the ``key_split`` lru_cache, which cannot be
 enumerated: its size is *estimated* from ``cache_info().currsize`` and
 per-entry costs measured with tracemalloc (210 B for tuple keys, 77 B for
@@ -40,7 +40,7 @@ The walk is a generator that stops after ``budget_s`` (default 20 ms) of
 work. :func:`memory_tree` drains it; :func:`memory_tree_async` yields to the
 event loop between slices, so the scheduler keeps running: no slice takes
 more than ``budget_s`` plus one step (the largest single step is the
-snapshot ``list(scheduler.tasks.values())``, ~10 ms per million tasks).
+snapshot ``list(scheduler.tasks.values())``, one C call over the tasks).
 ``max_slice_s`` in the result reports the longest slice. While the walk
 yields, the scheduler may change; the result then mixes states from the
 walk's start and end (tasks forgotten meanwhile are still counted, new tasks
@@ -485,7 +485,7 @@ class _Walker:
             if self._only_excluded(o):
                 continue
             if type(o) in _CHUNKABLE and len(o) > BIG_CONTAINER:
-                # listing a million referents at once blocks for ~10-15 ms
+                # listing a million referents at once is one long C call
                 # (stock's queue heap): hand them out 1024 at a time
                 stack.append(_Chunks(o))
                 continue
@@ -494,7 +494,7 @@ class _Walker:
     def _only_excluded(self, o) -> bool:
         """A huge set/list/dict of objects that are never entered (the
         queue's task states, say): counting its own size is all there is to
-        do, and listing its 1M referents would block the loop (~50 ms)."""
+        do, and listing its million referents would block the loop."""
         t = type(o)
         if t not in (set, frozenset, list, tuple, dict) or len(o) <= BIG_CONTAINER:
             return False
@@ -754,9 +754,9 @@ def _walk(scheduler: Any, sample: int | None, budget_s: float, seed: int = 0
     d.bytes += _getsizeof(tasks)
     d.count += 1
     w.seen[id(tasks)] = tasks
-    # One flat snapshot of the task states (~25 ms per million tasks; the
-    # keys, scattered in memory, would cost ~90 ms more: each task state
-    # holds its own key). Sampling happens in the next slice.
+    # One flat snapshot of the task states (not of the keys: scattered in
+    # memory, they would cost several times more, and each task state holds
+    # its own key). Sampling happens in the next slice.
     vals = list(tasks.values())
     yield None
     slice_t0 = time.perf_counter()
@@ -765,7 +765,7 @@ def _walk(scheduler: Any, sample: int | None, budget_s: float, seed: int = 0
         vals = random.Random(seed).sample(snapshot, sample)
         scale = n / len(vals)
         # release the snapshot in chunks: dropping a million references at
-        # once touches every task state, scattered in memory (~60-80 ms)
+        # once touches every task state, scattered in memory, in one call
         while snapshot:
             del snapshot[-32768:]
             if snapshot and cut():
@@ -914,7 +914,7 @@ def _walk(scheduler: Any, sample: int | None, budget_s: float, seed: int = 0
 
     # Drop the seen table shard by shard: on a stock state it references
     # millions of objects, and freeing it in one go (when the generator is
-    # dropped) blocks the loop for ~100 ms.
+    # dropped) would be one long block of the loop.
     shared_objects = len(w.seen)
     for _ in w.seen.release(cut):
         pause()
@@ -953,8 +953,8 @@ async def memory_tree_async(scheduler: Any, sample: int | None | str = "auto", *
 
     Between slices the event loop runs other callbacks. ``sample="auto"``
     walks all tasks up to 50,000 and 20,000 random ones beyond (an exact
-    walk costs ~40-130 us per task: minutes at a million tasks, during which
-    the scheduler keeps running but the result ages). ``sample=None`` forces
+    walk of a big state takes long, during which the scheduler keeps
+    running but the result ages). ``sample=None`` forces
     the exact walk. See the module docstring for accuracy.
     """
     if sample == "auto":
@@ -964,9 +964,9 @@ async def memory_tree_async(scheduler: Any, sample: int | None | str = "auto", *
     n = 0
     # The cyclic GC stays off until the walk is over, as in census_async:
     # the walk makes only short-lived, acyclic garbage, and a collection
-    # (possibly full, 1 s at 1M tasks) must not land inside a slice; a
-    # young one would also traverse the walk's fresh snapshot of every task
-    # state (~25 ms at 1M). Collections are deferred, not skipped.
+    # (possibly a full one, long on a big state) must not land inside a
+    # slice; a young one would also traverse the walk's fresh snapshot of
+    # every task state. Collections are deferred, not skipped.
     with gcpause.paused():
         while True:
             c0 = time.thread_time()

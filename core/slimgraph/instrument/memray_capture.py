@@ -13,7 +13,7 @@ offloaded steps, whatever else the event loop runs meanwhile is captured too
 (on an otherwise idle scheduler: heartbeats, little else). Only one tracker
 can run per process: a capture that finds another one active runs the
 update_graph uncaptured and reports ``error``. Tracking slows update_graph
-down by ~2-3x (python allocators traced).
+down several times over (python allocators traced).
 
 :meth:`MemrayCapture.summary` reads the capture file: top allocation sites
 (``function file:line``) by bytes and by count at the high-water mark and

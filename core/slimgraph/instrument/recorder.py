@@ -54,8 +54,8 @@ _statm: tuple[int, int] | None = None  # (pid, fd)
 def fast_rss() -> int:
     """Resident set size in bytes.
 
-    ``pread`` of a kept-open ``/proc/self/statm`` (~5 us; opening the file
-    each time costs ~30 us and psutil ~60 us here), else
+    ``pread`` of a kept-open ``/proc/self/statm`` (several times cheaper
+    than opening the file each time, or psutil), else
     :func:`slimgraph.instrument.records.rss_bytes`.
     """
     global _statm

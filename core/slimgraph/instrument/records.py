@@ -122,9 +122,9 @@ class PhaseRecord:
 
         ``blocks`` in time order, as the loop monitor keeps them. Per run of
         the phase only the blocks that can overlap it are looked at (found
-        by bisection): every block against every run, for every phase, took
-        0.1-0.28 s of the event loop at the end of a real-use 1M submission
-        (thousands of blocks over a minute)."""
+        by bisection): every block against every run, for every phase, is
+        quadratic, a long step of the event loop at the end of a big
+        submission with thousands of blocks."""
         if not blocks or not self.spans:
             return 0.0
         ends = [e for e, _ in blocks]

@@ -55,8 +55,8 @@ class NameResolver:
     def group_of(self, key: Any) -> Any:
         if type(key) is str:
             # A delayed graph's keys are "name-token", every one distinct:
-            # by name, each was a dict entry and two key_split parses (1.2
-            # us). key_split stops at the first "-"-separated word that is
+            # by name, each would be a dict entry and two key_split parses.
+            # key_split stops at the first "-"-separated word that is
             # not all letters, so when the last word is not, the key and its
             # stem (all before the last "-") split alike; and for a str key
             # that does not start with "(" or "<" and is not 32 hex digits

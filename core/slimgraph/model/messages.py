@@ -6,8 +6,8 @@ attributes of the task, and on a :class:`SlimTaskState` several of them are
 properties (``priority`` is rebuilt from its head and order, ``run_id``'s
 setter makes the task's ``Extra``, ``annotations`` makes an empty
 ``NoAnnotations``, ``run_spec`` is built from a compact graph). Through
-them, building a message took 3.7-7.3 us a task against stock's 2.4-2.9
-(bench "sending", 200k tasks), the whole of slim's extra cost at dispatch.
+them, building a message cost well over stock's, the whole of slim's extra
+cost at dispatch.
 
 What. :func:`compute_task_msg` builds the same message from the slots
 directly: the same keys in the same order, the same values (the same

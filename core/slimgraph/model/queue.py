@@ -116,9 +116,9 @@ class TaskQueue:
             shared = ordered[0]._qseq
             if type(shared) is SharedSeq:
                 # every task of the run holds this one number (staged_run):
-                # moved for all at once (renumbering 740k held tasks one by
-                # one took 0.19-0.43 s of the event loop in real-use runs,
-                # where a second client's tasks queue during every build)
+                # moved for all at once (renumbering every held task one by
+                # one would be a long block of the event loop, and a second
+                # client's tasks may queue during any build)
                 shared.value += shift
             else:
                 for ts in ordered:

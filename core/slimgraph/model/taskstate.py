@@ -6,7 +6,7 @@ most tasks: errors, restrictions, annotations, actors, retries, metadata. And
 the execution-time fields (``who_has``, ``processing_on``, ``nbytes``,
 ``run_id``, ``type``) are only needed once a task runs.
 
-This class keeps a dozen slots for what every task needs from the moment it
+This class keeps 14 slots for what every task needs from the moment it
 is submitted, and moves everything else to one side object, :class:`Extra`,
 allocated the first time any of those attributes is set to a non-default
 value. Every attribute distributed's ``SchedulerState`` reads or writes is
@@ -78,10 +78,9 @@ def _written_out_init(defaults: dict, shared: dict | None = None) -> Any:
     in ``shared`` is set to that object (by name).
 
     Why: sending a task to a worker sets its ``run_id``, which makes its
-    :class:`Extra`. A loop of ``object.__setattr__`` over the 23 defaults
-    took 2.2 us of it, part of what the slim engine added per
-    ``compute-task`` message (bench "sending", 1M delayed tree: 7.5 us
-    against stock's 2.5 us to build one). Written out: 0.18 us."""
+    :class:`Extra`. A loop of ``object.__setattr__`` over the defaults was
+    a large part of what the slim engine added per ``compute-task``
+    message; written out, the assignments are plain bytecode."""
     for value in defaults.values():  # (each default is its own repr)
         try:
             same = ast.literal_eval(repr(value)) == value
@@ -132,12 +131,11 @@ class Extra:
     worker) and, behind ``more``, its rare ones.
 
     Why two objects: every task that runs gets an Extra (``run_id``,
-    ``processing_on``, ``who_has``, ``nbytes``, ``type``); with the 18 rare
-    attributes in it too, each was 200 bytes (``sys.getsizeof``), made on
-    the event loop when the task was sent, and every full garbage
-    collection walked its 23 slots (bench "sending": 8 full collections
-    while 100k tasks of a 1M delayed tree were sent took 0.11 s). Now 80
-    bytes and 6 slots."""
+    ``processing_on``, ``who_has``, ``nbytes``, ``type``); with the rare
+    attributes in it too, each would be over twice the size, made on the
+    event loop when the task is sent, and every full garbage collection
+    would walk all those slots. So an Extra has 6 slots (80 bytes), the rare
+    ones live behind ``more``."""
 
     __slots__ = (*EXEC_DEFAULTS, "more")
 
@@ -151,8 +149,8 @@ class Extra:
 #: ``operator.attrgetter("_x.name")`` (``"_x.more.name"``), C code, instead
 #: of a Python function that tests for None. distributed's transitions and
 #: ``_task_to_msg`` read these attributes of every task they touch
-#: (``actor``, ``who_has``, ``resource_restrictions``, ...): a Python getter
-#: cost 0.08 us a read.
+#: (``actor``, ``who_has``, ``resource_restrictions``, ...), so a Python
+#: getter's call would be paid on every read.
 NO_EXTRA = Extra()
 
 
@@ -484,7 +482,7 @@ def _annotations_property() -> property:
 
     def fget(self: SlimTaskState) -> dict:
         value = bget(self)
-        if value is None:  # (made without a Python __init__: 0.3 -> 0.1 us)
+        if value is None:  # (made without a Python __init__: read on every task)
             value = _new_dict(NoAnnotations)
             value._ts = self
         return value
@@ -530,8 +528,7 @@ def sorted_by_priority(tasks: list, qseq: int | None = None) -> list | None:
     itself.
 
     Why not ``sorted``: its comparisons run in C, holding the GIL for the
-    whole sort (half a second for the 750k queued roots of a 1M-task
-    array), which stalls the event loop even when a worker thread sorts.
+    whole sort, which stalls the event loop even when a worker thread sorts.
     Here tasks are grouped by priority head (a handful) and placed in
     buckets by their ordering integer, in Python steps the interpreter can
     switch between. ``qseq``: also give every task that sequence number.
@@ -602,9 +599,8 @@ def sorted_by_orders(tasks: list, orders: list) -> list | None:
     """``tasks`` sorted by ``orders`` (their ``_prio_order``, all under one
     priority head), or None if two tie or one is not a 64-bit int. numpy
     sorts, and lets go of the GIL while it does (a list's sort would hold
-    it). The 745k queued roots of a 1M-task array: 0.8 s by head and
-    buckets (reading each task's head and order), 0.19 s here from the
-    orders the replay read as it queued them."""
+    it); the orders are the ones the replay read as it queued the tasks, so
+    no task's head and order is read again."""
     import numpy as np
 
     if len(tasks) < 2:
@@ -617,9 +613,9 @@ def sorted_by_orders(tasks: list, orders: list) -> list | None:
     so = o[perm]
     if not (so[1:] > so[:-1]).all():  # a tie: the general way breaks it
         return None
-    # in steps (slimgraph.runtime.steps): one C call over 745k tasks
-    # (scattered in memory) held the GIL 0.09-0.14 s, a block of the loop;
-    # the positions read from an array('q'), not a list of 745k ints that
+    # in steps (slimgraph.runtime.steps): one C call over every queued task
+    # (scattered in memory) would hold the GIL throughout, a block of the
+    # loop; the positions read from an array('q'), not a list of ints that
     # would be freed in one call
     return steps.list_map(tasks.__getitem__, array("q", perm.astype(np.int64, copy=False).tobytes()))
 

@@ -9,9 +9,12 @@ are not an API: a release can rename or change any of them. So every use
 lives here, one small function per need, each with a test in
 ``tests/test_shim.py``; the rest of the package only calls these functions.
 A search of the package for distributed's private names finds them in this
-package only: here, and in :mod:`slimgraph.shim.compact` (dask's internals
+package only: here, in :mod:`slimgraph.shim.compact` (dask's internals
 the compact materialization reproduces, kept apart because they import
-dask.array and dask.bag).
+dask.array and dask.bag), in :mod:`slimgraph.shim.nodes` (the slots of
+dask's task-spec nodes) and in :mod:`slimgraph.shim.cpython` (CPython's
+dict layout). ``tests/test_shim.py::test_no_foreign_private_name_outside_the_shim``
+fails on any other use.
 
 At import the installed dask and distributed are checked against the range
 the differential tests pass on (:data:`SUPPORTED`). Any other release is
@@ -633,6 +636,41 @@ class TransitionHook(SchedulerState):
         as the method itself, no call in between: it runs once per task
         sent)."""
         cls._task_to_msg = fn
+
+
+# ---------------------------------------------------------------------------
+# Workers' streams: a BatchedSend's buffer (slimgraph.ingest.pacing)
+# ---------------------------------------------------------------------------
+def is_batched_send(bs: Any) -> bool:
+    """Whether ``bs`` has a ``BatchedSend``'s buffer (what the functions
+    below read and write)."""
+    return hasattr(bs, "buffer")
+
+
+def stream_buffered(bs: Any) -> bool:
+    """Whether messages wait in ``bs``'s buffer (``BatchedSend.buffer``),
+    not yet taken for its next write."""
+    return bool(bs.buffer)
+
+
+def stream_requeue(bs: Any, msgs: Any) -> None:
+    """Put ``msgs`` in ``bs``'s buffer behind what waits there, as they are:
+    not counted in ``message_count`` and without waking its writer (as
+    ``send`` would); its next batch or its ``close`` takes them."""
+    bs.buffer.extend(msgs)
+
+
+def stream_batches(bs: Any) -> int:
+    """How many batches ``bs`` has taken for writing so far
+    (``BatchedSend.batch_count``; it serializes a batch in the step that
+    takes it)."""
+    return bs.batch_count
+
+
+def stream_stopping(bs: Any) -> bool:
+    """Whether ``bs`` is stopping (``close`` or ``abort`` called:
+    ``BatchedSend.please_stop``) or its comm is closed."""
+    return bool(bs.please_stop or bs.closed())
 
 
 # ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@
 - :mod:`.notebook`     tables and figures for notebooks
 - :mod:`.serverproxy`  the JupyterLab launcher tile (entry point)
 
-The Panel app itself (launcher, sessions, embedded clusters) is the package
+The Panel app itself (launcher, sessions, the engine processes) is the package
 :mod:`slimgraph.dashboard`. Nothing here imports Panel, and importing any of
 these modules changes nothing outside it.
 """

@@ -85,8 +85,8 @@ def stacked_vbars(fig: Any, source: Any, fields: list, names: list, colors: list
     hatched), with fewer Bokeh models: no unselected/muted glyph copies (see
     :func:`lean`) and one ``Stack`` per boundary, shared by the layer below
     and the layer above it (``vbar_stack`` makes two per layer). The phase
-    charts draw 13 layers each; made by ``vbar_stack`` they were most of a
-    dashboard page's Bokeh models."""
+    charts draw 13 layers each; made by ``vbar_stack`` their models would
+    outnumber the rest of a page's."""
     from bokeh.models import GlyphRenderer, Stack, VBar
 
     bounds = [Stack(fields=list(fields[:i])) for i in range(len(fields) + 1)]
@@ -105,7 +105,7 @@ def lean(fig: Any) -> Any:
     """Drop the glyph copies Bokeh makes for each renderer's unselected and
     muted look, leaving Bokeh's automatic ones: these figures have no
     selection tool and hide (not mute) from their legends, so the copies are
-    never drawn, and they were a third of a dashboard page's models (each a
+    never drawn, and they would be a large share of a page's models (each a
     model to build, serialize and send per page load). Returns ``fig``."""
     from bokeh.models import GlyphRenderer
     from bokeh.models.glyph import Glyph
@@ -154,7 +154,7 @@ def _empty_ranges(time_x: bool = False, y_span: float = 1.0) -> dict:
 def _follow_time(fig, *sources) -> None:
     """A time chart's x range spans its data (at least a minute). Set by
     hand: a range that starts explicit cannot be turned automatic without
-    replacing it, which costs the document ~50 ms."""
+    replacing it, a costly change to the document."""
     times = [t for src in sources for t in (src.data["time"][:1] + src.data["time"][-1:])]
     if not times:
         return
@@ -222,8 +222,8 @@ class TimingFigure:
         renderers = stack(list(STACK), "sg-phase-")
         # the same bars in us per task, made when first asked for
         # (``set_unit("us")``): a 1M-task bar of two minutes flattens every
-        # 10k bar in seconds. (Made up front they were half of a dashboard
-        # page's Bokeh models, and a page load's time is its models.)
+        # 10k bar in seconds. (Made up front they would add as many Bokeh
+        # models again to every page, and a page load's time is its models.)
         self._stack = stack
         self._renderers = {"s": renderers}
         self.unit = "s"

@@ -175,8 +175,8 @@ class Refresher:
         self.show_log()
 
     def _interval(self, kind: str) -> float:
-        # The walks run in slices on the scheduler's loop and cost it about
-        # 1.5 s of loop time per million tasks: space them out on big graphs
+        # The walks run in slices on the scheduler's loop and cost it loop
+        # time in proportion to its tasks: space them out on big graphs
         # (2 s up to ~100k tasks, ~9 s at 1M), so they take < ~20 % of it.
         # (Wall time is no guide: on a busy loop the slices wait their turn.)
         n = self.log.ntasks.get(kind, 0)

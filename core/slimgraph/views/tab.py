@@ -14,8 +14,8 @@ Nothing happens at import. Who calls it:
   --preload slimgraph.distributed``, ``Scheduler(preload=[...])``,
   ``DASK_DISTRIBUTED__SCHEDULER__PRELOAD``), through :func:`setup`;
 - ``--preload slimgraph.views.tab``: the same for a stock scheduler, whose
-  phases are then recorded (this module's :func:`dask_setup`);
-- the Panel app, for its embedded schedulers.
+  phases are then recorded (this module's :func:`dask_setup`); the
+  dashboard app starts its engine processes with one of these two.
 
 How the pages get into the dashboard. distributed builds the dashboard in
 ``Scheduler.__init__`` (``distributed.dashboard.scheduler.connect``: one
@@ -36,8 +36,8 @@ per scheduler), and no other scheduler in the process is affected.
 ``import panel`` replaces Bokeh's per-application URL handlers in place,
 which leaves any dashboard built afterwards with empty Status/Workers/Tasks
 pages. The application built here uses Bokeh's stock handlers whatever
-Panel did, so a scheduler embedded in the Panel app gets working dask pages
-as well as ours.
+Panel did, so a scheduler in a process that imported Panel (a notebook's
+LocalCluster) gets working dask pages as well as ours.
 """
 from __future__ import annotations
 

@@ -15,9 +15,8 @@ then, unless ``optimization.fuse.active`` is False, ``convert_legacy_graph``,
 ``fuse_linear_task_spec`` and slice fusion; delayed: the cull), merges the
 operands into one dict and converts what is left of legacy tuples. Every
 task ends up as a ``Task``/``Alias``/``DataNode`` with its own dependency
-frozenset, plus the layers the cull rebuilt: at 200k tasks 3.4 s for the
-bench's array graph and 1,114 B/task kept, of which the scheduler reads a
-task's key and dependencies once, and its run_spec only when it sends the
+frozenset, plus the layers the cull rebuilt, of which the scheduler reads
+a task's key and dependencies once, and its run_spec only when it sends the
 task to a worker.
 
 What this keeps instead. Per task: its key (one object, shared with the
@@ -29,11 +28,9 @@ steps of dask's optimizers (Blockwise and root fusion, the layers'
 topological order) run as dask runs them; the per-task steps are replayed
 on integers (:mod:`.cull`, :mod:`.legacy`, :mod:`.fuse`; a graph made only
 of Delayed objects' one-task layers in one walk, :mod:`.delayed`). ``run_spec(i)``
-builds the node stock would hold when it is read (1.2 us for a Blockwise
-block, 2.5 for a reduction's legacy tuple, against 20 us stock spends
-pickling it for a worker); ``data_producer(i)``, ``truthy(i)`` and
-``is_data(i)`` answer without building it. At 200k tasks the bench's
-array graph materializes in 0.5 s and keeps 230 B/task.
+builds the node stock would hold when it is read (a fraction of what
+pickling it for a worker costs); ``data_producer(i)``, ``truthy(i)`` and
+``is_data(i)`` answer without building it.
 
 Why it is equal. Nothing is approximated: each step either does what dask
 does on the same inputs, or proves it would give the same result, or gives
@@ -52,7 +49,7 @@ to several keys lists them in the order of a set with a long history), dask
 does that step itself; where two of dask's readings of a value could
 disagree, or a layer, expression or optimizer is unknown (dask.dataframe's
 expressions, low-level dict graphs, dask.bag, custom layers), the whole
-submission is materialized by dask (:mod:`.stock`), and the report says
+submission is materialized by dask (:mod:`.fallback`), and the report says
 which and why. ``tests/test_compact.py`` compares everything with stock,
 node by node, including random array expressions.
 
@@ -62,8 +59,8 @@ tasks does, where stock frees each block's share with its task; values kept
 as they arrived are freed per task (``release``). Plain ``Task`` nodes (a
 delayed graph's) are packed into arrays (:mod:`.packed`) and their keys made
 again: the decoded objects go before the engine allocates its state, which
-then fills their heap pages (1M delayed tree: 1,700 -> ~750 B/task of RSS
-in all). A packed segment is freed with its last task, not per task.
+then fills their heap pages. A packed segment is freed with its last
+task, not per task.
 
 Use::
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from slimgraph.shim.compact import Alias, GraphNode, _execute_subgraph, _is_dask_future
+from slimgraph.shim.compact import Alias, GraphNode, execute_subgraph, is_dask_future
 from .graph import MASK, NODE, SHIFT, TEMPLATE, BlockSource, ValueSource, add_report
 from .layers import BLOCKWISE, GraphLayers
 from .unsupported import Unsupported
@@ -57,7 +57,7 @@ def _self_alias(key: Any, value: Any) -> bool:
         return value == key
     if isinstance(value, Alias):
         return value.target == key
-    if not isinstance(value, GraphNode) and _is_dask_future(value):
+    if not isinstance(value, GraphNode) and is_dask_future(value):
         return value.key == key
     return False
 
@@ -166,7 +166,7 @@ def assemble(gl: GraphLayers, selection: list, store: Any, layer_types: list, an
                 if val.block_fusion:
                     part.block_fusion.add(len(keys) - 1)
             else:
-                if type(val) is tuple and val and val[0] is _execute_subgraph:
+                if type(val) is tuple and val and val[0] is execute_subgraph:
                     raise Unsupported("legacy _execute_subgraph task")
                 vkinds.append(_UNSET)
         ltype = layer_types[u]

@@ -47,13 +47,14 @@ from slimgraph.shim.compact import (
     GraphNode,
     Task,
     TaskRef,
-    _get_coord_mapping,
-    _lol_product,
-    _make_blockwise_graph,
     blockwise_token,
     flatten,
+    get_coord_mapping,
+    lol_product,
+    make_blockwise_graph,
     parse_input,
 )
+from slimgraph.shim.nodes import task_options
 from . import fastnodes
 from .fastnodes import NO_DEPS
 from .setorder import Collector
@@ -145,7 +146,7 @@ class BlockwiseLayer:
         if layer.concatenate is True:
             from dask.array.core import concatenate_axes as concatenate
         self._concat_fn = concatenate
-        coord_maps, concat_axes, dummies = _get_coord_mapping(
+        coord_maps, concat_axes, dummies = get_coord_mapping(
             dims, layer.output_indices, layer.numblocks, layer.indices, concatenate
         )
         self._dummies = dummies
@@ -173,6 +174,11 @@ class BlockwiseLayer:
         # the template with the block-independent arguments substituted once
         tmpl = layer.task.substitute(const_subs) if const_subs else layer.task
         self.template = tmpl
+        #: the template's ``data_producer`` as it stores it (not made a
+        #: bool): every block's Task is given it, as dask's substitution
+        #: does; ``template_options`` passes it to ``Task``'s constructor
+        self.template_data_producer = tmpl.data_producer
+        self.template_options = task_options(tmpl.data_producer)
         self._fast = self._plan_fast(tmpl, args)
         #: dependencies the template itself contributes (const TaskRefs or
         #: nodes), in its argument order; see _task_dependency_plan
@@ -290,7 +296,7 @@ class BlockwiseLayer:
     def _arg_keys(self, a: _Arg, coords_ext: tuple) -> list:
         arg_coords = tuple(coords_ext[c] for c in a.cmap)
         if a.axes:
-            return list(flatten(_lol_product((a.name,), arg_coords)))
+            return list(flatten(lol_product((a.name,), arg_coords)))
         return [(a.name, *arg_coords)]
 
     def cull_dependencies(self, local: int, locate, locs: list, ext: list) -> None:
@@ -482,7 +488,7 @@ class BlockwiseLayer:
             return self._build_shared(key, coords, steps)
         tmpl = self.template
         if not steps:
-            return Task(key, tmpl.func, *tmpl.args, _data_producer=tmpl._data_producer, **tmpl.kwargs)
+            return Task(key, tmpl.func, *tmpl.args, **self.template_options, **tmpl.kwargs)
         args = list(tmpl.args)
         kwargs = tmpl.kwargs
         if kwargs:
@@ -507,8 +513,8 @@ class BlockwiseLayer:
             else:
                 kwargs[where] = node
         if self.dependency_free and fastnodes.ENABLED:
-            return _fast_task(key, tmpl.func, tuple(args), kwargs if kwargs else {}, NO_DEPS, tmpl._data_producer)
-        return Task(key, tmpl.func, *args, _data_producer=tmpl._data_producer, **kwargs)
+            return _fast_task(key, tmpl.func, tuple(args), kwargs if kwargs else {}, NO_DEPS, self.template_data_producer)
+        return Task(key, tmpl.func, *args, **self.template_options, **kwargs)
 
     #: (blocks whose only varying arguments are chunk shapes) the args
     #: tuple of a block by its chunk-shape values; None where not used
@@ -554,7 +560,7 @@ class BlockwiseLayer:
             if len(shared) < SHARED_ARGS_MAX:
                 shared[values] = args
         kwargs = tmpl.kwargs
-        return _fast_task(key, tmpl.func, args, dict(kwargs) if kwargs else {}, NO_DEPS, tmpl._data_producer)
+        return _fast_task(key, tmpl.func, args, dict(kwargs) if kwargs else {}, NO_DEPS, self.template_data_producer)
 
     #: (fast templates) per used argument: the argument, where its one
     #: ``TaskRef`` sits in the template (an int: a position in ``args``; a
@@ -595,7 +601,7 @@ class BlockwiseLayer:
         """The block as dask's own ``_make_blockwise_graph`` builds it (the
         exact builder, and the reference the fast one is tested against)."""
         coords = self.coords(local)
-        dsk = _make_blockwise_graph(
+        dsk = make_blockwise_graph(
             self._task,
             self.output,
             self._out_indices,

@@ -118,8 +118,8 @@ class ValueDeps:
         its dependency frozenset is ``frozenset(set(aliases_frozenset(keys)))``
         (a nested node's set, copied into the outer node's set, frozen);
         the keys' locations in argument order under the skeleton
-        ``(func, n keys)``. The 249k reductions of the 1M-task array: 0.3 s
-        less than through the walk."""
+        ``(func, n keys)``. An array's reductions are most of its legacy
+        values, so this shape is worth its own reader."""
         if type(value) is not tuple or len(value) != 2:
             return False
         lst = value[1]

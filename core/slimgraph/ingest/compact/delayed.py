@@ -51,8 +51,8 @@ def toposort_layers(dependencies: dict) -> list | None:
 
 def toposort_positions(dependencies: dict) -> tuple[list, KeyTable, np.ndarray] | None:
     """``HighLevelGraph._toposort_layers()`` of a graph whose layer
-    dependencies are ``dependencies``, the same list, on integers (812k
-    layers: 1.7 -> 1.1 s), with the table of the layer names it made on the
+    dependencies are ``dependencies``, the same list, on integers, with
+    the table of the layer names it made on the
     way (position = index in ``dependencies``; the caller may reuse it, see
     :func:`delayed_part`) and those positions in the order emitted. None
     where dask's would raise (a dependency that is not a layer), or where
@@ -96,9 +96,9 @@ def toposort_positions(dependencies: dict) -> tuple[list, KeyTable, np.ndarray] 
             waiting[r] = w
             if not w:
                 push(r)
-    # its big temporaries freed in steps: dropped at the return, the lists
-    # of 812k ints were one C-level cascade that held the GIL (a 1.15 s
-    # block of the event loop in a client-mode run under load)
+    # its big temporaries freed in steps: dropped at the return, its lists
+    # of an int per layer would be one C-level cascade that holds the GIL
+    # (a block of the event loop although it runs in a thread)
     drain([dependents, start, waiting])
     out = steps.list_map(names.__getitem__, emitted)
     return out, table, np.frombuffer(emitted, dtype=np.int64)
@@ -212,7 +212,7 @@ def _walk(hlg: Any, wanted: set, order: list, names: KeyTable, emitted: np.ndarr
             inset[pos] = 0
             count -= 1
         kept.append(pos)
-    # (emptied in steps: each a list of 812k references)
+    # (emptied in steps: each a list of a reference per layer)
     drain([dep_keys, dep_sets])
 
     # number the kept tasks, their dependencies as indices
@@ -223,7 +223,7 @@ def _walk(hlg: Any, wanted: set, order: list, names: KeyTable, emitted: np.ndarr
     part.segments.append(values)
     part.keys = keys if len(kept) == n else [keys[p] for p in kept]
     # segment 0, position = index (from numpy's bytes: ``array("q",
-    # range(n))`` converted 812k ints in one call, 30-50 ms in an idle process)
+    # range(n))`` would convert every int in one C call)
     part.codes = array("q", np.arange(len(kept), dtype=np.int64).tobytes())
     values.values = vals if len(kept) == n else [vals[p] for p in kept]
     values.kinds = bytearray([NODE]) * len(kept)

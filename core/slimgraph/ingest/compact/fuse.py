@@ -25,7 +25,7 @@ from array import array
 from typing import Any
 
 from slimgraph.runtime import steps
-from slimgraph.shim.compact import GraphNode, _execute_subgraph, default_fused_keys_renamer
+from slimgraph.shim.compact import GraphNode, default_fused_keys_renamer, execute_subgraph
 from .assemble import Part
 from .graph import MASK, NODE, SHIFT, AliasSource, BlockSource, FusedSource, ValueSource
 from .setorder import refs_order
@@ -240,18 +240,18 @@ def _apply_slices(part: Part, top_entries: Any) -> None:
                 continue
             done.add(id(seg))
             v = seg.view
-            if v.template.func is _execute_subgraph:
+            if v.template.func is execute_subgraph:
                 todo.append((v.template, v.output))
         elif type(seg) is ValueSource and seg.kinds[code & MASK] == NODE:
             node = seg.values[code & MASK]
-            if isinstance(node, GraphNode) and getattr(node, "func", None) is _execute_subgraph:
+            if isinstance(node, GraphNode) and getattr(node, "func", None) is execute_subgraph:
                 todo.append((node, part.keys[e]))
 
 
 def _in_order(items: list, n: int) -> bool:
     """``all(map(int.__eq__, items, range(n)))``, in steps
-    (slimgraph.runtime.steps: one such call over a million items held the
-    GIL ~60 ms)."""
+    (slimgraph.runtime.steps: one such call over a million items holds the
+    GIL throughout)."""
     step = steps.STEP
     for lo in range(0, n, step):
         if not all(map(int.__eq__, items[lo : lo + step], range(lo, min(n, lo + step)))):

@@ -32,8 +32,8 @@ from slimgraph.shim.compact import (
     DataNode,
     GraphNode,
     Task,
-    _optimize_slices,
     convert_legacy_task,
+    optimize_slices,
 )
 from .legacy import DATA
 
@@ -91,10 +91,10 @@ class KeyPositions:
 
     Why. A submission asks it about its requested keys (and the
     dependencies of tasks with outside keys): for ``x.sum().compute()``
-    one key, three times. The dict of a 1M array's 994k keys took ~0.28 s of
-    the build thread, and its last doubling, one call that faults in a fresh
-    ~40 MB table, was a 0.19 s block of the event loop in an engine-mode
-    run.
+    one key, three times. A dict of all of a big graph's keys costs the
+    build thread time for nothing, and its last doubling, one call that
+    faults in a fresh table of tens of MB, blocks the event loop although it
+    runs in the build thread.
 
     What. The first :data:`FEW_LOOKUPS` distinct keys asked are found by
     scanning the keys, a step at a time (``list.index`` over slices: ``==``
@@ -161,7 +161,7 @@ class KeyPositions:
 
 def key_positions(keys: list) -> dict:
     """``{key: its index in keys}``, made in steps: one ``dict(zip(...))``
-    of a million keys is one C call that holds the GIL for 0.3 s, a block
+    of a million keys is one C call that holds the GIL throughout, a block
     of the event loop although it runs in the build thread; between steps
     the interpreter can switch."""
     out: dict = {}
@@ -216,7 +216,7 @@ class ValueSource:
         v = self.values[local]
         if kind == NODE:
             return v
-        if kind == TEMPLATE:  # (its keys are its own: no legacy_keys, 0.6 us)
+        if kind == TEMPLATE:  # (its keys are its own: no legacy_keys to read)
             return v[0].build(graph.keys[i], v[1:])
         return self.build_member(local, graph.keys[i], graph.legacy_keys(i))
 
@@ -279,7 +279,7 @@ class FusedSource:
         key = graph.keys[i]
         task = Task.fuse(*members, key=key)
         # as dask.array.optimization._optimize_slices does to every fused task
-        return _optimize_slices({key: task})[key]
+        return optimize_slices({key: task})[key]
 
     def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:  # pragma: no cover
         raise AssertionError("a fused task is never a chain member")
@@ -383,8 +383,8 @@ class Deps(Sequence):
 
     def tuples(self) -> list:
         """``list(self)`` (every row as a tuple), made in C
-        (:func:`slimgraph.order.csr_rows`). Iterating the rows in Python
-        took 0.25 s at 1M tasks."""
+        (:func:`slimgraph.order.csr_rows`), not by iterating the rows in
+        Python."""
         import numpy as np
 
         from slimgraph.order import csr_rows
@@ -501,8 +501,8 @@ class CompactGraph:
         worker) share one build.
 
         Written out (:meth:`index_of`, :meth:`run_spec` and :meth:`_source`
-        in one frame): it runs once per task sent to a worker, and three
-        calls less took 0.4 -> 0.2 us off a ``compute-task`` message."""
+        in one frame): it runs once per task sent to a worker, where three
+        Python calls are a noticeable part of a ``compute-task`` message."""
         handles = self.handles
         i = handle if handles is None else handles[handle]
         last = self._last
@@ -525,8 +525,8 @@ class CompactGraph:
         """Per segment, :meth:`spec_data_producer` of every task coded to
         it when that is the same for all of them (True or False), else None.
 
-        Why: the replay asks it of every ready task (1M times for a 1M-task
-        array: four calls each, 0.5 s); by segment it is one list read. A
+        Why: the replay asks it of every ready task (four calls each, for
+        each of them); by segment it is one list read. A
         Blockwise layer's blocks and the alias leaves answer alike; a fused
         chain answers False when none of its members' segments can produce
         data; values kept as they arrived answer one by one."""

@@ -1,13 +1,12 @@
 """Where keys sit in a list, found without a dict: a sorted table of hashes.
 
 Why. The delayed path locates every layer's dependencies (the toposort)
-and every task's dependencies (the cull) among 812k keys. A dict of 812k
-keys answers that, but it is built by insertion, and its last doubling is
-one C call that makes a fresh table of ~40 MB and moves every entry into
-it while holding the GIL: 30-40 ms in an idle process, 0.17-0.51 s of the
-event loop in client-mode runs under load (page faults on a busy VM),
-the longest block of slimgraph's own in the delayed tree's runs although
-it ran in the ingestion's thread.
+and every task's dependencies (the cull) among all of a delayed graph's
+keys (a layer per task). A dict of those keys answers that, but it is
+built by insertion, and its last doubling is one C call that makes a fresh
+table of tens of MB and moves every entry into it while holding the GIL:
+long on a busy machine (page faults on a busy VM), a block of the event
+loop although it runs in the ingestion's thread.
 
 What. The keys' hashes in a numpy array, sorted once (``argsort``, which
 gives the GIL up while it sorts); a lookup is a binary search of the
@@ -37,7 +36,7 @@ from slimgraph.runtime.disposal import drain
 
 
 #: items per step: each item an object read somewhere in a heap of a GB
-#: (a cache miss): 65k-item steps of ``hash`` took 30 ms in an idle process
+#: (a cache miss), so a step of sequential size would hold the GIL too long
 _STEP = 4096
 
 
@@ -100,8 +99,8 @@ class KeyTable:
         # the ``==`` of each item with the key of its hash (where there is one)
         hit = np.flatnonzero(same_hash)
         if len(hit):
-            # (positions read from an array('q'): a list of 812k ints, freed
-            # at once, was a 20-40 ms C call)
+            # (positions read from an array('q'): a list of an int per key,
+            # freed at once, would be one long C call)
             cand = steps.list_map(self.keys.__getitem__, array("q", pos[hit].tobytes()), _STEP)
             wanted = items if len(hit) == n else steps.list_map(items.__getitem__, array("q", hit.tobytes()), _STEP)
             # the dict's equality: the same object, or ``==`` (a NaN key
@@ -112,7 +111,7 @@ class KeyTable:
                 ol = steps.tolist(other)
                 equal[other] = _pairwise(eq, [cand[i] for i in ol], [wanted[i] for i in ol])
             pos[hit[~equal]] = -1
-            # (emptied in steps: one list of 812k references, freed at
+            # (emptied in steps: one list of a reference per key, freed at
             # once, touches every object it names in one C call)
             drain([cand] if wanted is items else [cand, wanted])
         return pos

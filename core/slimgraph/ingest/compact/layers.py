@@ -27,7 +27,7 @@ from array import array
 from bisect import bisect_right
 from typing import Any
 
-from slimgraph.shim.compact import ArrayOverlapLayer, Blockwise, GraphNode, MaterializedLayer
+from slimgraph.shim.compact import ArrayOverlapLayer, Blockwise, GraphNode, MaterializedLayer, overlap_layer_mapping
 from .blockwise import BlockwiseLayer
 from .graph import key_positions
 from .unsupported import Unsupported
@@ -101,7 +101,7 @@ class GraphLayers:
                 blockwise_units.append(u)
                 continue
             elif t is ArrayOverlapLayer:
-                mapping = layer._dict  # dask's own materialization of it
+                mapping = overlap_layer_mapping(layer)  # dask's own materialization of it
             else:
                 raise Unsupported(f"layer {name!r} of type {t.__name__}")
             start = len(mkeys)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimgraph.shim.compact import Alias, GraphNode, Task, _identity_cast, _is_dask_future
+from slimgraph.shim.compact import Alias, GraphNode, Task, identity_cast, is_dask_future
 from . import fastnodes
 from .setorder import Collector, aliases_frozenset
 from .unsupported import Unsupported
@@ -107,7 +107,7 @@ class LegacyReader:
             self._check_dict(x)
             return DATA
         self._unusual(x)
-        if _is_dask_future(x):
+        if is_dask_future(x):
             k = x.key
             loc = self.locate(k)
             if loc is not None:
@@ -153,7 +153,7 @@ class LegacyReader:
             self._check_dict(x)
             return False
         self._unusual(x)
-        if _is_dask_future(x):
+        if is_dask_future(x):
             k = x.key
             loc = self.locate(k)
             if loc is not None:
@@ -184,7 +184,7 @@ class LegacyReader:
                     raise Unsupported(f"{t.__name__} argument in a legacy task")
                 self._check_dict(a)
                 for k, v in a.items():
-                    if isinstance(v, GraphNode) or _is_dask_future(v) or _is_dask_future(k):
+                    if isinstance(v, GraphNode) or is_dask_future(v) or is_dask_future(k):
                         raise Unsupported("graph node inside a dict argument of a legacy task")
             else:
                 self._walk(a, col, out, outk)
@@ -284,7 +284,7 @@ class Skeleton:
         ``Task(None, _identity_cast, Alias(k), ..., typ=list)``."""
         if self.one_list:
             deps = aliases_frozenset(keys)
-            inner = _fast_task(None, _identity_cast, tuple(map(_fast_alias, keys)), {"typ": list}, deps)
+            inner = _fast_task(None, identity_cast, tuple(map(_fast_alias, keys)), {"typ": list}, deps)
             return _fast_task(key, self.head, (inner,), {}, frozenset(set(deps)))
         args: list = []
         i = 0
@@ -293,7 +293,7 @@ class Skeleton:
                 args.append(Alias(keys[i]))
                 i += 1
             else:
-                args.append(Task(None, _identity_cast, *[Alias(k) for k in keys[i : i + n]], typ=list))
+                args.append(Task(None, identity_cast, *[Alias(k) for k in keys[i : i + n]], typ=list))
                 i += n
         return Task(key, self.head, *args)
 

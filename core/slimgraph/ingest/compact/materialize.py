@@ -29,15 +29,16 @@ import dask
 import dask.config
 
 from slimgraph.shim.compact import (
+    AnnotationsTombstone,
     HLGExpr,
-    _AnnotationsTombstone,
-    _HLGExprSequence,
-    _optimize_slices,
+    HLGExprSequence,
     array_optimize,
     delayed_optimize,
     flatten,
     fuse_roots,
+    layer_order,
     optimize_blockwise,
+    optimize_slices,
     validate_key,
 )
 from .assemble import Part, assemble
@@ -78,7 +79,7 @@ def expression_containers(expr: Any) -> list:
     a 1M delayed tree frees 812k layers and (after :mod:`.packed`) their
     Tasks in one C-level cascade, 0.5 s on the event loop."""
     out: list = []
-    if type(expr) is _HLGExprSequence:
+    if type(expr) is HLGExprSequence:
         for op in expr.operands:
             if isinstance(op, HLGExpr):
                 hlg = op.hlg
@@ -101,7 +102,7 @@ class _Operand:
 def _compact(expr: Any, cull: bool, validate: bool) -> CompactGraph:
     if cull:
         raise Unsupported("distributed culls this graph itself (low-level graph expression)")
-    if type(expr) is not _HLGExprSequence:
+    if type(expr) is not HLGExprSequence:
         raise Unsupported(f"expression {type(expr).__name__}")
     ops = []
     for op in expr.operands:
@@ -168,7 +169,7 @@ def _culled(hlg: Any, keys: list, annotate: bool) -> tuple[Part, Any]:
     try:
         order = toposort_layers(hlg.dependencies)
         if order is None:  # (dask's raises: the same error)
-            order = hlg._toposort_layers()
+            order = layer_order(hlg)
         selection, store = cull_locations(gl, order, wanted, reader)
         types = _layer_types(hlg)
         note = ""
@@ -225,7 +226,7 @@ def _annotations(ops: list) -> defaultdict:
         for ann, keys in layers:
             for annot_type, value in ann.items():
                 vals = [(k, value(k) if callable(value) else value) for k in keys]
-                by_type[annot_type].update({k: v for k, v in vals if not isinstance(v, _AnnotationsTombstone)})
+                by_type[annot_type].update({k: v for k, v in vals if not isinstance(v, AnnotationsTombstone)})
                 if not by_type[annot_type]:
                     del by_type[annot_type]
     out: defaultdict = defaultdict(dict)
@@ -278,7 +279,7 @@ def _merge(ops: list, validate: bool) -> CompactGraph:
     graph = CompactGraph(keys, codes, off, idx, ext, segments, dropped, annotations, report)
     for o in ops:
         for obj, key in o.part.slices:
-            _optimize_slices({key: obj})
+            optimize_slices({key: obj})
     # (last: packing reads each task's dependencies as indices, and the
     # keys made again are the ones every later step shares)
     pack(graph)

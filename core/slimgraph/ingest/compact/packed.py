@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from slimgraph.shim.compact import GraphNode, Task, TaskRef
+from slimgraph.shim.nodes import data_producer_of, dependencies_of, set_dependencies
 from .fastnodes import ENABLED as FAST_NODES, NO_DEPS as _NO_DEPS, task as fast_task, task_on_ref
 from .graph import MASK, NODE, SHIFT, FusedSource, TaskOnlySource, ValueSource
 
@@ -118,7 +119,7 @@ class PackedSource(TaskOnlySource):
         if FAST_NODES:
             return fast_task(keys[i], func, tuple(args), {}, fs)
         t = Task(keys[i], func, *args)
-        t._dependencies = fs
+        set_dependencies(t, fs)
         return t
 
     def build_member(self, local: int, key: Any, dep_keys: Any) -> Any:  # pragma: no cover
@@ -176,7 +177,7 @@ def pack(graph: Any) -> int:
         if kinds[local] != NODE or (members and code in members):
             continue
         v = values[local]
-        if type(v) is not Task or v.kwargs or v._data_producer:
+        if type(v) is not Task or v.kwargs or data_producer_of(v):
             continue
         a = off[i]
         nd = off[i + 1] - a
@@ -184,10 +185,10 @@ def pack(graph: Any) -> int:
         # the common shapes first: a delayed graph's leaves (one literal)
         # and chains (one reference to the task before)
         x = args[0] if len(args) == 1 else None
-        if nd == 0 and type(x) is int and -_INT_LIMIT <= x < _INT_LIMIT and not v._dependencies:
+        if nd == 0 and type(x) is int and -_INT_LIMIT <= x < _INT_LIMIT and not dependencies_of(v):
             append((x << _TAG_BITS) | INT)
         elif nd == 1 and type(x) is TaskRef and (x.key is keys[idx[a]] or x.key == keys[idx[a]]) \
-                and len(v._dependencies) == 1:
+                and len(dependencies_of(v)) == 1:
             append(idx[a] << _TAG_BITS)
         else:
             only = keys[idx[a]] if nd == 1 else None
@@ -251,7 +252,7 @@ def _pack_args(v: Any, args: tuple, k0: Any, j0: int, refs: dict | None, items: 
         append((len(objects) << _TAG_BITS) | OBJ)
         objects.append(x)
     if ok:
-        fs = v._dependencies
+        fs = dependencies_of(v)
         if len(ref_keys) <= 1:
             ok = len(fs) == len(ref_keys) and (not fs or ref_keys[0] in fs)
         else:

@@ -1,0 +1,80 @@
+"""The benchmark's whole-life mode: a graph ingested, computed and released on
+real scheduler and worker processes, stock beside slim, the scheduler's CPU
+per stage and by what ran (slimgraph.bench.life)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from slimgraph.bench.life import IDLE, STAGES, categorize, parse_raw
+
+S = "distributed/scheduler.py"
+
+
+def test_a_sample_is_put_down_to_its_innermost_named_frame():
+    root = [("_run_module_as_main", "<frozen runpy>"), ("BaseEventLoop._run_once", "asyncio/base_events.py")]
+    handler = root + [("Scheduler.handle_task_finished", S), ("SchedulerState._transitions", S)]
+    # a transition's helpers count as the transition, by its kind
+    assert categorize(handler + [("SchedulerState._transition_processing_memory", S),
+                                 ("SchedulerState._add_to_memory", S)]) == "transition processing->memory"
+    # ... but what it calls that is named (slimgraph's containers) is that
+    assert categorize(handler + [("SchedulerState._transition_memory_released", S),
+                                 ("thaw", "slimgraph/model/containers.py")]) == "slimgraph model"
+    assert categorize(root + [("BatchedSend._background_send", "distributed/batched.py"),
+                              ("dumps", "distributed/protocol/core.py")]) == "serialization"
+    assert categorize(root + [("Scheduler.handle_task_finished", S)]) == "task-finished handling"
+    assert categorize(root + [("WorkStealing.balance", "distributed/stealing.py")]) == "work stealing"
+    thread = [("Thread._bootstrap", "threading.py"), ("Thread.run", "threading.py")]
+    assert categorize(thread + [("build", "slimgraph/ingest/build.py")]) == "slimgraph ingestion"
+    assert categorize(thread + [("work", "concurrent/futures/thread.py")]) == "threads off the loop (other)"
+    assert categorize(root + [("Scheduler.heartbeat_worker", S)]) == "heartbeats"
+    assert categorize(root + [("EpollSelector.select", "selectors.py")]) == IDLE
+    assert categorize(root + [("helper", S)]) == "scheduler (other)"
+    assert categorize(root) == "other"
+
+
+def test_py_spy_raw_lines_are_counted_by_category_and_idle_samples_dropped():
+    text = "\n".join([
+        "main (distributed/cli/dask_scheduler.py:1);EpollSelector.select (selectors.py:468) 40",
+        f"main (x.py:1);Scheduler.handle_task_finished ({S}:5);"
+        f"SchedulerState._transition_waiting_processing ({S}:9) 7",
+        "main (x.py:1);dumps (distributed/protocol/pickle.py:3) 3",
+    ])
+    got = parse_raw(text)
+    assert got == {"transition waiting->processing": 7, "serialization": 3}
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(600)
+def test_life_mode_measures_every_stage_for_both_engines(tmp_path):
+    out = tmp_path / "life.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "slimgraph", "bench", "--mode", "life", "--workload", "delayed",
+         "--tasks", "2000", "--workers", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=540,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["mode"] == "life" and r["compute_seconds"] is None
+    stock, slim = r["stock"], r["slim"]
+    assert stock["tasks"] == slim["tasks"] > 1000
+    assert stock["result"] == slim["result"] != "None"  # the same value computed
+    for run in (stock, slim):
+        assert set(run["stages"]) == set(STAGES)
+        cpu = [run["stages"][s]["cpu_s"] for s in STAGES]
+        assert all(c >= 0 for c in cpu) and run["stages"]["run"]["cpu_s"] > 0
+        # the stages follow each other: together they are the whole life
+        assert sum(cpu) == pytest.approx(run["whole"]["cpu_s"], rel=1e-9, abs=1e-9)
+        assert sum(run["stages"][s]["wall_s"] for s in STAGES) == pytest.approx(run["whole"]["wall_s"])
+        assert run["whole"]["cpu_us_per_task"] == pytest.approx(run["whole"]["cpu_s"] / run["tasks"] * 1e6)
+        assert run["peak_rss_growth_bytes"] > 0
+        assert run["profile"] == "py-spy", run["profile"]
+        split = run["stages"]["run"]["by_what"]
+        assert sum(split.values()) == pytest.approx(run["stages"]["run"]["cpu_s"])
+        # the run completes tasks: their transitions are seen by kind
+        assert any(c.startswith("transition ") for c in split), split
+    assert r["ratios"]["cpu_whole"] == pytest.approx(slim["whole"]["cpu_s"] / stock["whole"]["cpu_s"])
+    assert "whole life: delayed" in proc.stdout and "by what ran" in proc.stdout
