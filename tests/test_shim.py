@@ -565,15 +565,8 @@ _STAND_INS = {
 #: with its owner and use. The scan fails on an entry it no longer finds,
 #: so this list can only shrink.
 _FOREIGN_ALLOWED = {
-    # CPython: the frame that calls add_plugin (slimgraph.runtime.finalizers
-    # notes who added a scheduler plugin)
-    ("distributed.py", "_getframe"): "CPython",
-    # CPython: the loop thread's stack, logged when the loop monitor sees a
-    # block longer than its warning threshold
-    ("instrument/loopmon.py", "_current_frames"): "CPython",
-    # CPython: whether the GIL is on (free-threaded builds); the memo
-    # code is moving into slimgraph.shim.cpython in a separate change
-    ("ingest/memo.py", "_is_gil_enabled"): "CPython",
+    # (CPython's private names, sys._getframe, sys._current_frames and
+    # sys._is_gil_enabled among them, are read in slimgraph.shim.cpython only)
     # Panel: the Bokeh models a layout rendered into a notebook (their
     # stylesheets are inlined before a push)
     ("dashboard/app.py", "_models"): "Panel",
