@@ -6,20 +6,20 @@
 DIFFERENTIAL=(tests/test_equivalence.py tests/test_staging.py tests/test_bad_input.py tests/test_dropin.py
   tests/test_pipeline.py tests/test_shim.py tests/test_dispatch.py tests/test_messages.py)
 
-# What CI's second lane (.ci/run, `.ci/other-pythons --ci`) runs, on the
-# same core as nothing else only while the whole suite runs on the other:
-# all the differential suites on every interpreter and release do not fit
-# in CI's 30 minutes on a 2-core machine (docs/interpreters.md). On each
-# other Python: the suites where the interpreter matters, the checks of
-# every CPython-specific mechanism (shim) and the ingestion that uses them
-# compared with stock, with the checks passed and failed (equivalence,
-# staging, pipeline, bad input, messages). On the oldest release also the
-# dispatch suite (distributed's worker choices, which change by release).
-# The drop-in suite (real clusters, client API) runs in the whole suite on
-# the main interpreter; `.ci/other-pythons` without --ci runs everything.
-CI_INTERPRETER=(tests/test_shim.py tests/test_equivalence.py tests/test_staging.py tests/test_pipeline.py
-  tests/test_bad_input.py tests/test_messages.py)
-CI_RELEASE=("${CI_INTERPRETER[@]}" tests/test_dispatch.py)
+# What CI's second lane (.ci/run, `.ci/other-pythons --ci`) runs: every
+# differential suite on every interpreter and release does not fit in CI's
+# 30 minutes on a 2-core machine beside the whole suite
+# (docs/interpreters.md). On each other Python: the suites where the
+# interpreter matters most, the check of every CPython-specific mechanism
+# (shim) and staged ingestion compared with stock with those checks passed
+# and failed (staging), with pipeline, bad input and messages (seconds).
+# On the oldest release, as before this lane: also equivalence and
+# dispatch (distributed's state and worker choices, which change by
+# release). The drop-in suite runs on the main interpreter (the whole
+# suite); `.ci/other-pythons` without --ci runs every differential suite.
+CI_INTERPRETER=(tests/test_shim.py tests/test_staging.py tests/test_pipeline.py tests/test_bad_input.py
+  tests/test_messages.py)
+CI_RELEASE=("${CI_INTERPRETER[@]}" tests/test_equivalence.py tests/test_dispatch.py)
 
 # venv_with PYTHON VENV REQUIREMENTS FULL
 # A virtualenv VENV made by PYTHON, with REQUIREMENTS (one a line) and this
