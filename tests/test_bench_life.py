@@ -26,6 +26,16 @@ def test_a_sample_is_put_down_to_its_innermost_named_frame():
     assert categorize(root + [("BatchedSend._background_send", "distributed/batched.py"),
                               ("dumps", "distributed/protocol/core.py")]) == "serialization"
     assert categorize(root + [("Scheduler.handle_task_finished", S)]) == "task-finished handling"
+    # distributed's own dispatch around a transition is named alike on both
+    # engines, whether slim's container hook sits above it or not
+    dispatch = "transitions: distributed's dispatch"
+    assert categorize(handler + [("SchedulerState._transition", S)]) == dispatch
+    assert categorize(handler + [("TransitionHook._transition", "slimgraph/shim/__init__.py"),
+                                 ("SlimSchedulerState._thawed_transition", "slimgraph/model/state.py"),
+                                 ("SchedulerState._transition", S)]) == dispatch
+    assert categorize(handler + [("TransitionHook._transition", "slimgraph/shim/__init__.py"),
+                                 ("SlimSchedulerState._thawed_transition", "slimgraph/model/state.py")]
+                      ) == "slimgraph model"
     assert categorize(root + [("WorkStealing.balance", "distributed/stealing.py")]) == "work stealing"
     thread = [("Thread._bootstrap", "threading.py"), ("Thread.run", "threading.py")]
     assert categorize(thread + [("build", "slimgraph/ingest/build.py")]) == "slimgraph ingestion"
@@ -53,7 +63,7 @@ def test_life_mode_measures_every_stage_for_both_engines(tmp_path):
     out = tmp_path / "life.json"
     proc = subprocess.run(
         [sys.executable, "-m", "slimgraph", "bench", "--mode", "life", "--workload", "delayed",
-         "--tasks", "2000", "--workers", "1", "--json", str(out)],
+         "--tasks", "2000", "--workers", "1", "--json", str(out), "--profiles", str(tmp_path / "prof")],
         capture_output=True, text=True, timeout=540,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -78,3 +88,31 @@ def test_life_mode_measures_every_stage_for_both_engines(tmp_path):
         assert any(c.startswith("transition ") for c in split), split
     assert r["ratios"]["cpu_whole"] == pytest.approx(slim["whole"]["cpu_s"] / stock["whole"]["cpu_s"])
     assert "whole life: delayed" in proc.stdout and "by what ran" in proc.stdout
+    # py-spy's recordings kept: what the table was made of
+    for kind in ("stock", "slim"):
+        assert parse_raw((tmp_path / "prof" / f"{kind}-run.txt").read_text())
+
+
+@pytest.mark.timeout(600)
+def test_statemachine_mode_lives_the_same_life_on_both_engines(tmp_path):
+    out = tmp_path / "sm.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "slimgraph", "bench", "--mode", "statemachine", "--workload", "delayed",
+         "--tasks", "3000", "--json", str(out)],
+        capture_output=True, text=True, timeout=540,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    stock, slim = r["stock"], r["slim"]
+    assert stock["tasks"] == slim["tasks"] > 2000
+    # every task completed and released, with as many transitions on both
+    assert stock["not_in_memory"] == slim["not_in_memory"] == 0
+    assert stock["left_after_release"] == slim["left_after_release"] == 0
+    assert stock["transitions"] == slim["transitions"] >= 4 * stock["tasks"]
+    assert stock["rounds"] == slim["rounds"] > 1
+    for run in (stock, slim):
+        cpu = run["cpu_us_per_task"]
+        assert all(cpu[s] > 0 for s in ("ingest", "run", "release"))
+        assert cpu["whole"] == pytest.approx(cpu["ingest"] + cpu["run"] + cpu["release"])
+    assert r["ratios"]["run"] == pytest.approx(slim["cpu_us_per_task"]["run"] / stock["cpu_us_per_task"]["run"])
+    assert "the state machine alone" in proc.stdout

@@ -102,10 +102,10 @@ The one case handled by delegating to ``dask.order.order`` itself: two
 distinct keys whose ``str()`` coincide (e.g. ``1`` and ``'1'``). dask then
 breaks remaining ties by set iteration order of sets we do not mirror.
 
-Differences from dask on bad input: a cycle raises
-:class:`slimgraph.errors.CycleError` (a ``ValueError``; ``.keys`` lists keys
-on the cycle in cycle order) where dask raises ``RuntimeError``. The
-``dependencies`` argument is accepted and ignored, exactly like dask does.
+On bad input: a cycle raises :class:`slimgraph.errors.CycleError`, a
+``RuntimeError`` as dask's is, whose ``.keys`` lists keys on the cycle in
+cycle order. The ``dependencies`` argument is accepted and ignored,
+exactly like dask does.
 """
 from __future__ import annotations
 
@@ -148,8 +148,8 @@ def order(dsk: Mapping, dependencies: Mapping | None = None) -> dict:
     that set-iteration tie-breaks are reproduced exactly, and calls
     :func:`order_indexed`.
 
-    A cycle raises :class:`~slimgraph.errors.CycleError` (a ``ValueError``
-    naming keys on the cycle) where dask raises ``RuntimeError``.
+    A cycle raises :class:`~slimgraph.errors.CycleError` (a ``RuntimeError``,
+    as dask's, naming keys on the cycle).
     """
     if not dsk:
         return {}

@@ -327,18 +327,24 @@ def main(argv: list[str] | None = None) -> None:
                          "(dask materializes every node), which shows what compact ingestion saves")
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="skip the limits run (slimgraph.bench.floor)")
-    ap.add_argument("--mode", choices=("engine", "client", "dashboard", "life"), default="engine",
+    ap.add_argument("--mode", choices=("engine", "client", "dashboard", "life", "statemachine"), default="engine",
                     help="engine: one replayed submission per fresh in-process scheduler "
                          "(default); client: end to end through a real Client to scheduler "
                          "and worker processes, including the computation; dashboard: the "
                          "dashboard app in headless Chromium while stock ingests (page loads, "
                          "widget answers, refresh gaps; issue #15's targets), and a soak; life: "
                          "a graph's whole life (ingest, run, release) on scheduler and worker "
-                         "processes, the scheduler's CPU per stage and by what ran")
+                         "processes, the scheduler's CPU per stage and by what ran; statemachine: "
+                         "the same life through the scheduler's state machine alone, in-process "
+                         "(workers without processes report every task they process as done), "
+                         "the CPU per stage")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (client and life modes)")
     ap.add_argument("--compute-seconds", type=float, default=None,
                     help="client and life modes: stop computing this long after the submission "
                          "(cancel; the ping keeps running until then); default: compute to the end")
+    ap.add_argument("--profiles", metavar="DIR", default=None,
+                    help="life mode: keep py-spy's raw recordings of each engine's stages in DIR "
+                         "(STOCK-or-SLIM-STAGE.txt, input for a flamegraph)")
     ap.add_argument("--no-load", dest="load", action="store_false",
                     help="client mode: only ping (no second client's submissions, "
                          "no dashboard page loads)")
@@ -363,6 +369,8 @@ def main(argv: list[str] | None = None) -> None:
         a.tasks = 1_000_000 if a.mode == "dashboard" else 20_000
     if a.mode != "client" and a.background_nice:
         ap.error("--background-nice is for --mode client")
+    if a.mode != "life" and a.profiles:
+        ap.error("--profiles is for --mode life")
     if a.mode != "dashboard" and a.soak_minutes:
         ap.error("--soak-minutes is for --mode dashboard")
     if a.mode == "dashboard":
@@ -372,12 +380,27 @@ def main(argv: list[str] | None = None) -> None:
 
         print(format_dashboard_table(bench_dashboard(a.workload, a.tasks, a.soak_minutes, a.json_path)))
         return
+    if a.mode == "statemachine":
+        if a.only:
+            ap.error("--only is for --mode engine: statemachine mode runs stock and slim for its ratios")
+        from slimgraph.bench.payload import capture
+        from slimgraph.bench.statemachine import format_statemachine_table, statemachine_life
+        from slimgraph.workloads import build
+
+        result = statemachine_life(capture(build(a.workload, a.tasks)), a.workers,
+                                   progress=lambda msg: print(f"[statemachine] {msg}", file=sys.stderr, flush=True))
+        if a.json_path:
+            with open(a.json_path, "w") as fh:
+                json.dump(result, fh, indent=1)
+        print(format_statemachine_table(result, a.workload))
+        return
     if a.mode == "life":
         if a.only:
             ap.error("--only is for --mode engine: life mode runs stock and slim for its ratios")
         from slimgraph.bench.life import bench_life, format_life_table
 
-        print(format_life_table(bench_life(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds)))
+        print(format_life_table(bench_life(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds,
+                                           a.profiles)))
         return
     if a.mode == "client":
         if a.only:

@@ -5,9 +5,9 @@ What changes against stock ``SchedulerState``:
 - tasks are :class:`~slimgraph.model.taskstate.SlimTaskState` objects with
   compact, copy-on-write containers (:mod:`slimgraph.model.containers`);
 - every transition (``on_transition``, called by ``shim.TransitionHook``
-  in place of distributed's own) first *thaws* the containers it may mutate into private
-  sets and afterwards drops emptied ones, so distributed's own transition
-  functions run unchanged on the slim containers;
+  in place of distributed's own) first *thaws* the containers it may mutate
+  into private sets, so distributed's own transition functions run
+  unchanged on the slim containers;
 - a graph submission is ingested by :mod:`slimgraph.ingest` in bulk
   instead of stock's task-state creation.
 
@@ -20,12 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 from slimgraph import config
-from slimgraph.model.containers import NO_EDGES
 from slimgraph.model.messages import compute_task_msg
 from slimgraph.model.queue import TaskQueue
 from slimgraph.model.taskstate import SlimTaskState
 from slimgraph.runtime import gcpause
 from slimgraph.shim import TaskGroup, TaskPrefix, TransitionHook, scheduler_story
+from slimgraph.shim import stock_transition as _stock_transition
 
 #: Transitions that never touch waiting_on / waiters / edges.
 _CONTAINER_FREE = frozenset(
@@ -101,32 +101,33 @@ class SlimSchedulerState(TransitionHook):
 
     # ------------------------------------------------------------------
     # transitions on slim containers
+    #: the task whose containers the transition running now has thawed:
+    #: distributed splits a transition with no entry in its table (waiting
+    #: -> forgotten) into ``-> released`` and ``released ->``, calling
+    #: ``_transition`` again for the first half; that inner call finds the
+    #: containers already thawed
+    _slim_thawed: Any = None
+
     def on_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
         owed = self.slim_deliveries
         if owed is not None and owed.owed_to and not owed.suspended:
             # plugins owed calls from an ingestion hear of this one after them
             return owed.transition(
                 self, key, finish, stimulus_id, kwargs,
-                lambda: self._slim_transition(key, finish, stimulus_id, kwargs),
+                lambda: self._thawed_transition(key, finish, stimulus_id, kwargs),
             )
-        return self._slim_transition(key, finish, stimulus_id, kwargs)
+        return self._thawed_transition(key, finish, stimulus_id, kwargs)
 
-    #: the task whose containers the transition running now has thawed:
-    #: distributed splits a transition with no entry in its table (waiting
-    #: -> forgotten) into ``-> released`` and ``released ->``, calling
-    #: ``_transition`` again for the first half; that inner call finds the
-    #: containers already thawed and leaves the settling to the outer one
-    _slim_thawed: Any = None
-
-    def _slim_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
+    def _thawed_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
+        """distributed's transition, with the compact containers it may
+        mutate thawed first. Emptied sets are left as distributed leaves
+        them (as stock's are): they live until their task is forgotten."""
         ts = self.tasks.get(key)
-        if ts is None or (ts._state, finish) in _CONTAINER_FREE:
-            out = self.stock_transition(key, finish, stimulus_id, kwargs)
+        if ts is None or (ts._state, finish) in _CONTAINER_FREE or self._slim_thawed is ts:
+            out = _stock_transition(self, key, finish, stimulus_id, **kwargs)
             if finish == "forgotten" and not self.tasks:
                 gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
             return out
-        if self._slim_thawed is ts:
-            return self.stock_transition(key, finish, stimulus_id, kwargs)
         forgetting = finish == "forgotten"
         # Containers distributed's transition code may mutate: its own, its
         # dependencies' waiters and its dependents' waiting_on (and, when
@@ -160,32 +161,28 @@ class SlimSchedulerState(TransitionHook):
         outer = self._slim_thawed
         self._slim_thawed = ts
         try:
-            out = self.stock_transition(key, finish, stimulus_id, kwargs)
+            out = _stock_transition(self, key, finish, stimulus_id, **kwargs)
         finally:
             self._slim_thawed = outer
         if forgetting and not self.tasks:
             gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
-        if self.slim_lazy:
-            # emptied containers dropped (what _settle does, written out)
-            if ts.waiting_on is not None and not ts.waiting_on:
-                ts.waiting_on = None
-            if ts.waiters is not None and not ts.waiters:
-                ts.waiters = None
-            for dts in deps:
-                if dts.waiting_on is not None and not dts.waiting_on:
-                    dts.waiting_on = None
-                if dts.waiters is not None and not dts.waiters:
-                    dts.waiters = None
-                if forgetting and not dts.dependents:
-                    dts.dependents = NO_EDGES
-            for dts in dependents:
-                if dts.waiting_on is not None and not dts.waiting_on:
-                    dts.waiting_on = None
-                if dts.waiters is not None and not dts.waiters:
-                    dts.waiters = None
-                if forgetting and not dts.dependencies:
-                    dts.dependencies = NO_EDGES
         return out
+
+    def is_rootish(self, ts: Any) -> bool:
+        """distributed's ``is_rootish``, reading ``run_spec.data_producer``
+        without building the run_spec (``spec_data_producer``): a queued
+        root-ish task would otherwise be built here and again when it is
+        sent. The same test as ``slimgraph.ingest.replay``'s projection."""
+        if ts.resource_restrictions or ts.worker_restrictions or ts.host_restrictions:
+            return False
+        if ts.spec_data_producer() if type(ts) is SlimTaskState else (ts.run_spec and ts.run_spec.data_producer):
+            return True
+        tg = ts.group
+        return (
+            len(tg) > self.total_nthreads * 2
+            and len(tg.dependencies) < self.rootish_tg_threshold
+            and sum(map(len, tg.dependencies)) < self.rootish_tg_dependencies_threshold
+        )
 
     def story(self, *keys_or_tasks_or_stimuli: Any) -> list:
         keys = {

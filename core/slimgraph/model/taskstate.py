@@ -32,6 +32,7 @@ from slimgraph.model.containers import NO_EDGES, Edges
 from slimgraph.runtime import steps
 
 _StockTaskState = shim.StockTaskState
+_DEFAULT_DATA_SIZE = shim.DEFAULT_DATA_SIZE
 _new_dict = dict.__new__
 
 #: Attributes a task has once it runs, kept in :class:`Extra`, with the
@@ -388,7 +389,13 @@ class SlimTaskState:
         self.nbytes = nbytes
 
     def get_nbytes_deps(self) -> int:
-        return sum(ts.get_nbytes() for ts in self.dependencies)
+        # (get_nbytes written out: work stealing calls this for every task
+        # it weighs)
+        total = 0
+        for dts in self.dependencies:
+            nbytes = dts._x.nbytes
+            total += nbytes if nbytes >= 0 else _DEFAULT_DATA_SIZE
+        return total
 
     def validate(self) -> None:
         ClientState, WorkerState = shim.ClientState, shim.WorkerState

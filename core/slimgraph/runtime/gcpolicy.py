@@ -6,8 +6,9 @@ traverse the new task states again and again (baseline: 37.8 s of a 105 s
 ingests (:mod:`slimgraph.runtime.gcpause`), and after a big ingestion
 freezes what it built (``gc.freeze()``), so that the first collection
 afterwards does not traverse a million objects on the event loop (9.4 s
-after a 1M-task array ingestion). See the README's *Garbage collection
-after a big ingestion* for the measurements and the ``auto`` threshold.
+after a 1M-task array ingestion). docs/design.md, *Garbage collection*,
+gives the reasons and the ``auto`` threshold; benchmarks/LOG.md the
+measurements.
 
 Overlapping ingestions (one awaits its offloaded phases while another
 runs) are safe because :mod:`~slimgraph.runtime.gcpause` counts the holds.

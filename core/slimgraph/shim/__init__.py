@@ -612,6 +612,18 @@ def listens_to_transition(plugin: Any, start: str, finish: str) -> bool:
     return True
 
 
+#: the names of distributed's machinery around each transition function
+#: (the log, plugin calls, recommendations), as a profiler's frames name
+#: them (slimgraph.bench.life)
+TRANSITION_DISPATCH = tuple(f.__name__ for f in (SchedulerState._transition, SchedulerState._transitions,
+                                                  Scheduler.transitions))
+
+#: distributed's own transition, a plain function ``(state, key, finish,
+#: stimulus_id, **kwargs)``: the hook's subclass calls it directly, one
+#: call per transition instead of a chain of methods
+stock_transition = SchedulerState._transition
+
+
 class TransitionHook(SchedulerState):
     """A SchedulerState whose every transition goes through
     ``self.on_transition(key, finish, stimulus_id, kwargs)``, which calls
@@ -624,10 +636,10 @@ class TransitionHook(SchedulerState):
         return self.on_transition(key, finish, stimulus_id, kwargs)
 
     def on_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
-        return self.stock_transition(key, finish, stimulus_id, kwargs)
+        return stock_transition(self, key, finish, stimulus_id, **kwargs)
 
     def stock_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
-        return super()._transition(key, finish, stimulus_id, **kwargs)
+        return stock_transition(self, key, finish, stimulus_id, **kwargs)
 
     @classmethod
     def build_messages_with(cls, fn: Any) -> None:
