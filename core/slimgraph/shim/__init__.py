@@ -627,7 +627,7 @@ stock_transition = SchedulerState._transition
 class TransitionHook(SchedulerState):
     """A SchedulerState whose every transition goes through
     ``self.on_transition(key, finish, stimulus_id, kwargs)``, which calls
-    :meth:`stock_transition` (distributed's own) when it is ready. The slim
+    :data:`stock_transition` (distributed's own) when it is ready. The slim
     state uses it to thaw and settle its compact containers around
     distributed's transition code. A subclass may also build the
     ``compute-task`` messages (:meth:`build_messages_with`)."""
@@ -636,9 +636,6 @@ class TransitionHook(SchedulerState):
         return self.on_transition(key, finish, stimulus_id, kwargs)
 
     def on_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
-        return stock_transition(self, key, finish, stimulus_id, **kwargs)
-
-    def stock_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
         return stock_transition(self, key, finish, stimulus_id, **kwargs)
 
     @classmethod
