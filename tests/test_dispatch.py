@@ -25,12 +25,12 @@ import dask.array as da
 import pytest
 from dask import delayed
 from distributed import Client, Scheduler
-from distributed.core import Status
-from distributed.scheduler import SchedulerState, WorkerState
+from distributed.scheduler import SchedulerState
 
 from differential import Pair, assert_same, snapshot, wait_idle
 from slimgraph import workloads
 from slimgraph.bench.payload import arguments, intercept
+from slimgraph.bench.statemachine import add_worker_state
 from slimgraph.distributed import SlimScheduler
 from slimgraph.ingest import dispatch
 from slimgraph.instrument.recorder import get_history
@@ -44,34 +44,6 @@ def stage_small_graphs():
 
 def inc(x):
     return x + 1
-
-
-def add_worker(s, i: int, nthreads: int) -> WorkerState:
-    """A running worker without a process: the state distributed's
-    ``add_worker`` makes, with a fixed address and server id."""
-    address = f"tcp://10.0.0.{i + 1}:4000"
-    ws = WorkerState(
-        address=address,
-        status=Status.running,
-        pid=0,
-        name=f"w{i}",
-        nthreads=nthreads,
-        memory_limit=0,
-        local_directory="",
-        nanny=None,
-        server_id=f"worker-{i}",
-        scheduler=s,
-    )
-    ws.metrics = {"memory": 0, "spilled_bytes": {"memory": 0, "disk": 0}}  # (what the memory manager reads)
-    s.workers[address] = ws
-    s.aliases[ws.name] = address
-    s.total_nthreads += nthreads
-    s.running.add(ws)
-    s.check_idle_saturated(ws)
-    for plugin in list(s.plugins.values()):
-        if hasattr(plugin, "add_worker"):
-            plugin.add_worker(scheduler=s, worker=address)
-    return ws
 
 
 class Trio:
@@ -94,7 +66,7 @@ class Trio:
         self.sent = {k: [] for k in self.KINDS}
         for kind, s in self.s.items():
             for i, n in enumerate(self.nthreads):
-                add_worker(s, i, n)
+                add_worker_state(s, i, n)
             orig = s.send_all
             log = self.sent[kind]
 

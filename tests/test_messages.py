@@ -25,7 +25,7 @@ from slimgraph.bench.payload import arguments, intercept
 from slimgraph.distributed import SlimScheduler
 from slimgraph.model import messages
 from slimgraph.model.taskstate import NO_EXTRA, SlimTaskState
-from test_dispatch import add_worker
+from slimgraph.bench.statemachine import add_worker_state
 
 
 def run(coro):
@@ -90,7 +90,7 @@ def test_messages_equal_distributeds_for_every_task():
 
     async def body():
         async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
-            ws = add_worker(s, 0, 2)
+            ws = add_worker_state(s, 0, 2)
             async with Client(s.address, asynchronous=True) as c:
                 seen = 0
                 kept = []  # (the futures: the client would release the keys)

@@ -418,12 +418,12 @@ def test_shadow_workers_choose_count_and_saturate_as_distributed():
     distributed's own ``_add_to_processing`` and work stealing do."""
     from sortedcontainers import SortedDict
 
-    from test_dispatch import add_worker
+    from slimgraph.bench.statemachine import add_worker_state
 
     async def body():
         async with Scheduler(dashboard_address=":0", host="127.0.0.1") as s:
             for i, n in enumerate((8, 16, 8)):
-                add_worker(s, i, n)
+                add_worker_state(s, i, n)
             view0 = [shim.worker_view(ws) for ws in s.workers.values()]
             sh = shim.ShadowState(shim.occupancy_view(s), s.task_prefixes)
             sh.n_tasks, sh.total_nthreads, sh.WORKER_SATURATION = s.n_tasks, s.total_nthreads, s.WORKER_SATURATION

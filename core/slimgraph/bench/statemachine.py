@@ -25,17 +25,19 @@ import gc
 import time
 from typing import Any
 
-__all__ = ["statemachine_life", "format_statemachine_table"]
+from slimgraph.bench.life import STAGES
 
-#: what a worker's ``task-finished`` carries besides key, run_id and
-#: stimulus_id (distributed.worker_state_machine.TaskFinishedMsg)
-#: (a compute of 1 ms: a worker reports how long each task ran, which sets
-#: its prefix's duration; with none, work stealing would recompute the
-#: cost of every processing task of that prefix at each completion)
+__all__ = ["statemachine_life", "format_statemachine_table", "add_worker_state"]
+
+#: what a worker's ``task-finished`` carries besides key, run_id,
+#: stimulus_id and startstops (distributed.worker_state_machine.TaskFinishedMsg)
 _FINISHED = {"nbytes": 28, "typename": "int", "metadata": {}, "thread": 1}
 
 
-def _add_worker(s: Any, i: int, nthreads: int) -> str:
+def add_worker_state(s: Any, i: int, nthreads: int) -> Any:
+    """A running worker without a process: the WorkerState distributed's
+    ``add_worker`` makes, with a fixed address and server id (``i``), so
+    that two schedulers given the same workers iterate them alike."""
     from distributed.core import Status
 
     from slimgraph import shim
@@ -52,7 +54,7 @@ def _add_worker(s: Any, i: int, nthreads: int) -> str:
     for plugin in list(s.plugins.values()):  # (work stealing keeps a table per worker)
         if hasattr(plugin, "add_worker"):
             plugin.add_worker(scheduler=s, worker=address)
-    return address
+    return ws
 
 
 async def _one(cls: Any, payload: dict, workers: int) -> dict:
@@ -60,7 +62,7 @@ async def _one(cls: Any, payload: dict, workers: int) -> dict:
 
     finished = dict(_FINISHED, type=pickle.dumps(int))
     async with cls(dashboard_address=None, dashboard=False, host="127.0.0.1") as s:
-        addresses = [_add_worker(s, i, 1) for i in range(workers)]
+        addresses = [add_worker_state(s, i, 1).address for i in range(workers)]
         gc.collect()
         keys = list(payload["keys"])
         c0 = time.process_time()
@@ -77,6 +79,9 @@ async def _one(cls: Any, payload: dict, workers: int) -> dict:
                 break
             rounds += 1
             for key, run_id, address in batch:
+                # (a compute of 1 ms: the duration a worker reports sets the
+                # prefix's; with none, work stealing would weigh every
+                # processing task of that prefix again at each completion)
                 now = time.time()
                 s.handle_task_finished(key=key, worker=address, stimulus_id=f"task-finished-{rounds}",
                                        run_id=run_id,
@@ -97,14 +102,13 @@ def statemachine_life(payload: dict, workers: int = 2, repeat: int = 3, progress
     docstring). Each stage's figure is the median of the runs: on a shared
     two-core machine one run's CPU time varies by tens of percent."""
     import asyncio
+    import logging
     import statistics
 
     from distributed import Scheduler
     from distributed.protocol.serialize import Serialized
 
     from slimgraph.distributed import SlimScheduler
-
-    import logging
 
     say = progress or (lambda msg: None)
     # (distributed's INFO lines for every scheduler started and closed)
@@ -123,15 +127,14 @@ def statemachine_life(payload: dict, workers: int = 2, repeat: int = 3, progress
     finally:
         log.setLevel(level)
     out: dict = {"mode": "statemachine", "workers": workers, "repeat": repeat}
+    same = ("tasks", "rounds", "not_in_memory", "transitions", "left_after_release")
     for kind, rs in runs.items():
         first = rs[0]
         for r in rs:
-            same = ("tasks", "rounds", "not_in_memory", "transitions", "left_after_release")
             if any(r[k] != first[k] for k in same):
                 raise AssertionError(f"{kind}: two runs of the same graph differ: {first} / {r}")
         n = first["tasks"]
-        out[kind] = {k: first[k] for k in ("tasks", "rounds", "not_in_memory", "transitions",
-                                           "left_after_release")}
+        out[kind] = {k: first[k] for k in same}
         out[kind]["cpu_us_per_task"] = {
             stage: statistics.median(r["cpu_s"][stage] for r in rs) / n * 1e6 for stage in STAGES}
         out[kind]["cpu_us_per_task"]["whole"] = sum(out[kind]["cpu_us_per_task"].values())
@@ -142,8 +145,6 @@ def statemachine_life(payload: dict, workers: int = 2, repeat: int = 3, progress
                      for stage in (*STAGES, "whole") if a["cpu_us_per_task"][stage]}
     return out
 
-
-STAGES = ("ingest", "run", "release")
 
 
 def format_statemachine_table(result: dict, workload: str) -> str:
