@@ -39,6 +39,8 @@ def test_bench_command_writes_both_kinds_and_the_limits(tmp_path):
         assert sending["seconds"] == sending["message_seconds"] + sending["serialize_seconds"]
         # then the whole graph released (the child checks that no task is left)
         assert run["release_seconds"] > 0
+        assert 0 < run["release_block_seconds"] <= run["release_seconds"]
+    assert "its longest block" in proc.stdout
     assert "order" in result["slim"]["phases"] and "order" in result["stock"]["phases"]
     assert result["ratios"]["total"] > 0
     floor = result["floor"]

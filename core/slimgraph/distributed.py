@@ -26,9 +26,10 @@ from typing import Any
 
 from slimgraph import config, shim
 from slimgraph.ingest.pipeline import Pipeline
+from slimgraph.life import release
 from slimgraph.instrument.records import SubmissionRecord
 from slimgraph.model.state import SlimSchedulerState
-from slimgraph.runtime import finalizers, gcpause, threads
+from slimgraph.runtime import finalizers, gcpause, loopwork, threads
 from slimgraph.shim import cpython
 
 Scheduler = shim.Scheduler
@@ -37,11 +38,17 @@ Scheduler = shim.Scheduler
 class SlimScheduler(SlimSchedulerState, Scheduler):
     """distributed's Scheduler, ingesting graphs with the slim engine."""
 
+    #: jobs on the event loop, and the stimuli they hold (slimgraph.runtime.loopwork)
+    slim_work: Any = None
+
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        _attach_work(self)
         threads.attach(self)
 
     async def close(self, *args: Any, **kwargs: Any) -> Any:
+        if self.slim_work is not None:
+            self.slim_work.finish_now()
         try:
             return await super().close(*args, **kwargs)
         finally:
@@ -70,7 +77,38 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
             self.slim_tails.finish_now()
         if self.slim_deliveries:
             self.slim_deliveries.flush()
+        if self.slim_work is not None:
+            self.slim_work.finish_now()
         return super().remove_plugin(*args, **kwargs)
+
+    # ------------------------------------------------------------------
+    # a client's release or cancel in slices (slimgraph.life.release), and
+    # the stimuli that do not come through a handler table waiting for it
+    def slim_client_releases_keys(self, keys: Any, client: str, stimulus_id: str | None = None) -> None:
+        """The ``client-releases-keys`` stream handler."""
+        self.slim_work.run(release.client_releases_keys(self, keys, client, stimulus_id))
+
+    def slim_stimulus_cancel(self, keys: Any, client: str, force: bool, reason: Any = None, msg: Any = None) -> None:
+        """The ``cancel-keys`` stream handler."""
+        self.slim_work.run(release.stimulus_cancel(self, keys, client, force, reason, msg))
+
+    def remove_client(self, client: str, stimulus_id: str | None = None) -> None:
+        # (a client's comm closing calls this directly, not through a table)
+        work = self.slim_work
+        if work is None or getattr(self.status, "name", "") in ("closing", "closed", "failed"):
+            return super().remove_client(client, stimulus_id=stimulus_id)
+        if work.holds():
+            work.held.append((self.remove_client, (client,), {"stimulus_id": stimulus_id}))
+            return
+        work.run(release.remove_client(self, client, stimulus_id, super().remove_client))
+
+    async def remove_worker(
+        self, address: str, *, stimulus_id: str, expected: bool = False, close: bool = True
+    ) -> Any:
+        # a worker's comm closing, its TTL or a failed send call this directly
+        if self.slim_work is not None:
+            await self.slim_work.idle()
+        return await super().remove_worker(address, stimulus_id=stimulus_id, expected=expected, close=close)
 
     async def update_graph(
         self,
@@ -167,6 +205,15 @@ def _rebind_handlers(scheduler: Scheduler) -> None:
                 table[name] = now
 
 
+def _attach_work(scheduler: SlimScheduler) -> None:
+    """The scheduler's :class:`~slimgraph.runtime.loopwork.LoopWork`, its
+    handler tables that hold stimuli behind it, and the release and cancel
+    handlers that run as its jobs."""
+    loopwork.attach(scheduler)
+    scheduler.stream_handlers["client-releases-keys"] = scheduler.slim_client_releases_keys
+    scheduler.stream_handlers["cancel-keys"] = scheduler.slim_stimulus_cancel
+
+
 def make_slim(scheduler: Scheduler) -> SlimScheduler:
     """Turn a stock Scheduler that holds no tasks yet into a SlimScheduler."""
     if isinstance(scheduler, SlimScheduler):
@@ -178,6 +225,7 @@ def make_slim(scheduler: Scheduler) -> SlimScheduler:
         )
     scheduler.__class__ = SlimScheduler
     _rebind_handlers(scheduler)
+    _attach_work(scheduler)
     scheduler.slim_lazy = bool(config.get("lazy-containers"))
     scheduler.use_task_queue()
     threads.attach(scheduler)

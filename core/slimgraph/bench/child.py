@@ -85,7 +85,7 @@ async def _measure(cls, kind: str, payload: dict, trace: bool, hooks: bool) -> d
 
         # (last: building messages reads every sampled run_spec)
         sending = sending_cost(s)
-        release = await _release(s, keys)
+        release, release_block = await _release(s, keys)
         return {
             "scheduler": kind,
             "tasks": ntasks,
@@ -106,22 +106,35 @@ async def _measure(cls, kind: str, payload: dict, trace: bool, hooks: bool) -> d
             "memory_tree_sample": sample,
             "sending": sending,
             "release_seconds": release,
+            "release_block_seconds": release_block,
         }
 
 
-async def _release(s, keys: list) -> float:
-    """Seconds the client's release of the whole graph blocks the loop (what
-    cancelling it costs: distributed's release and forget transitions for
-    every task, on the slim engine through its container hook), after any
-    ready tasks still to send and plugin calls still owed are done."""
+async def _release(s, keys: list) -> tuple[float, float]:
+    """The client's release of the whole graph (what cancelling it costs:
+    distributed's release and forget transitions for every task), as the
+    client's ``client-releases-keys`` message reaches the scheduler: its
+    stream handler. Stock: one call, one block of the loop. Slim: in slices
+    (slimgraph.life.release), through its container hook. Starts after any
+    ready tasks still to send and plugin calls still owed are done. Returns
+    the seconds until the scheduler holds none of the graph's tasks and the
+    longest block of the loop it took (the whole call, or the longest
+    slice)."""
     for pending in (getattr(s, "slim_tails", None), getattr(s, "slim_deliveries", None)):
         if pending:
             await pending.wait()
+    work = getattr(s, "slim_work", None)
+    if work is not None:
+        work.longest = 0.0
     t = time.perf_counter()
-    s.client_releases_keys(keys=keys, client="bench-client", stimulus_id="bench-release")
+    s.stream_handlers["client-releases-keys"](keys=keys, client="bench-client", stimulus_id="bench-release")
+    block = time.perf_counter() - t
+    if work is not None:
+        await work.idle()
+        block = work.longest
     seconds = time.perf_counter() - t
     assert not s.tasks, f"{len(s.tasks)} tasks left after releasing the graph"
-    return seconds
+    return seconds, block
 
 
 def engine_split(tree) -> dict:

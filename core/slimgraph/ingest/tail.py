@@ -354,6 +354,12 @@ class Tails:
                     t.retire()
                 self.queue.clear()
                 return
+            work = getattr(tail.state, "slim_work", None)
+            if work is not None and work.busy:
+                # a release in slices: stimuli, and this, wait for its end
+                # (slimgraph.runtime.loopwork)
+                await work.idle()
+                continue
             t = perf_counter()
             self._step(slice_seconds() or 0.05)
             rest = loopshare.rest_after(perf_counter() - t)

@@ -711,3 +711,12 @@ def patch_scheduler_new(new: Any) -> None:
     if "__new__" in Scheduler.__dict__ and Scheduler.__new__ is not new:  # pragma: no cover
         raise RuntimeError("distributed.Scheduler defines __new__; cannot install")
     Scheduler.__new__ = new  # type: ignore[assignment]
+
+
+# ---------------------------------------------------------------------------
+# A client's release (slimgraph.life.release)
+# ---------------------------------------------------------------------------
+def client_releases_recs(state: Any, keys: list, cs: Any, recs: dict) -> None:
+    """distributed's first step of ``client_releases_keys``: ``cs`` stops
+    wanting ``keys``; the recommendations that follow go into ``recs``."""
+    state._client_releases_keys(keys=keys, cs=cs, recommendations=recs)

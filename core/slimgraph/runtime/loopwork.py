@@ -1,0 +1,264 @@
+"""Work on the event loop in slices, and the stimuli that wait behind it.
+
+What. A :class:`LoopWork` (one per slim scheduler, ``scheduler.slim_work``)
+runs *jobs*: generators that do a stimulus' work a step at a time and
+yield when their slice's :class:`Budget` is spent (``budget.over()``), at a
+point where what they did so far is consistent (messages sent). The first
+slice runs inside the handler that started the job, so work that fits in
+one slice (almost every stimulus) runs as stock's does, at once. What is
+left runs in later slices, one per turn of the loop, each followed by a
+rest as long as itself where the turn in between found others' work
+ready (:mod:`slimgraph.runtime.loopshare`); on a loop with nothing else
+to do, the slices follow each other.
+
+Invariant. While a job is unfinished, no other stimulus reaches the
+scheduler's state: the scheduler's handler tables (:class:`Handlers`) hand
+out a *holding* version of every handler but :data:`PASS`. A held stream
+message waits in :attr:`LoopWork.held` and is handled, in arrival order,
+when the jobs are done; a held RPC call (and a coroutine stream handler,
+which ``handle_stream`` awaits, so that its comm's later messages wait
+too) waits for :meth:`LoopWork.idle`. So every stimulus meets the state
+stock's would: the job's stimulus had been handled whole before it. A job
+started by a held stimulus (when it is replayed) runs before the stimuli
+held behind it. What still runs between two slices reads the state (the
+dashboards, :data:`PASS`'s handlers, periodic callbacks such as work
+stealing's balance): stock's own state between two transitions of one
+call (see :mod:`slimgraph.life.release`).
+
+Used by :mod:`slimgraph.life.release` (a client's release or cancel of a
+big graph).
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from collections import deque
+from time import perf_counter
+from typing import Any, Callable, Generator
+
+from slimgraph.runtime import loopshare
+
+logger = logging.getLogger("distributed.scheduler")
+
+#: Seconds a slice of a job may take (the slice ends at the job's next
+#: consistent point after it: one transition later, for a release).
+SLICE = 0.02
+
+#: A turn of the loop longer than this (seconds) had others' work in it
+OTHERS = 0.0005
+
+#: Handlers that never wait behind a job: they only read the state or touch
+#: what no job touches (a worker's heartbeat keeps it alive; a client's keeps
+#: its connection; ``identity`` is what a ping asks). Names starting with
+#: ``slimgraph_`` (the instruments) pass too.
+PASS = frozenset({"keep-alive", "heartbeat-client", "heartbeat_worker", "identity"})
+
+Job = Generator[None, None, None]
+
+
+class Budget:
+    """A slice's deadline, which a job checks at its consistent points."""
+
+    __slots__ = ("deadline",)
+
+    def __init__(self) -> None:
+        self.deadline = 0.0
+
+    def start(self) -> None:
+        self.deadline = perf_counter() + SLICE
+
+    def over(self) -> bool:
+        return perf_counter() > self.deadline
+
+
+class LoopWork:
+    """A scheduler's jobs in progress, and the stimuli held behind them."""
+
+    def __init__(self) -> None:
+        self.budget = Budget()
+        self.jobs: deque = deque()
+        self.held: deque = deque()
+        self._waiters: list = []
+        self._task: Any = None
+        self._running = False
+        #: called between two slices (tests: validating the state)
+        self.between: Callable[[], None] | None = None
+        #: the recommendations a job's transitions still have to make
+        #: (:func:`slimgraph.life.release.transitions`), between its slices
+        self.pending: dict | None = None
+        #: slices run so far, and the longest (seconds)
+        self.slices = 0
+        self.longest = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.jobs or self.held)
+
+    def holds(self) -> bool:
+        """Whether a stimulus arriving now must wait (jobs or held stimuli
+        pending, and it is not one of them being run)."""
+        return self.busy and not self._running
+
+    def run(self, job: Job) -> None:
+        """Start ``job``: its first slice now, the rest on the loop."""
+        if self._running or self.busy:
+            # a held stimulus replayed (or anything called by a job's step)
+            # starting another: it runs after the work before it
+            self.jobs.append(job)
+            return
+        self.jobs.append(job)
+        self._slice(first=True)
+        if self.busy:
+            self._start()
+
+    def finish_now(self) -> None:
+        """Run every job and held stimulus to the end, now (before something
+        that must find their work done, such as a plugin's removal)."""
+        while self.busy:
+            self._slice(first=False, budget=False)
+
+    # ------------------------------------------------------------------
+    def _slice(self, first: bool, budget: bool = True) -> None:
+        t0 = perf_counter()
+        if budget:
+            self.budget.start()
+        else:
+            self.budget.deadline = float("inf")
+        self._running = True
+        try:
+            while self.jobs or self.held:
+                if self.jobs:
+                    job = self.jobs[0]
+                    try:
+                        next(job)
+                    except StopIteration:
+                        self.jobs.popleft()
+                    except BaseException:
+                        self.jobs.popleft()
+                        if first:
+                            raise  # the handler's caller gets stock's error
+                        logger.exception("slimgraph: a job on the event loop failed")
+                    else:
+                        return  # its slice is spent
+                else:
+                    fn, args, kwargs = self.held.popleft()
+                    try:
+                        fn(*args, **kwargs)
+                    except Exception:
+                        logger.exception("slimgraph: a held stimulus failed")
+                first = False
+                if budget and self.budget.over():
+                    return
+        finally:
+            self._running = False
+            self.slices += 1
+            self.longest = max(self.longest, perf_counter() - t0)
+            if not self.busy:
+                self._wake()
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self.busy:
+            t0 = perf_counter()
+            if self.between is not None:
+                self.between()
+            self._slice(first=False)
+            took = perf_counter() - t0
+            # one turn of the loop to whatever is ready; where something was
+            # (a round trip needs a few turns), a rest as long as the slice
+            t1 = perf_counter()
+            await asyncio.sleep(0)
+            if perf_counter() - t1 > OTHERS:
+                await asyncio.sleep(loopshare.rest_after(took))
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def idle(self) -> None:
+        """Until no job runs and nothing is held."""
+        while self.busy:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            await fut
+
+    # ------------------------------------------------------------------
+    # handlers that wait behind the jobs
+    def holding_stream(self, fn: Callable) -> Callable:
+        """A stream handler that waits while jobs run (see the module)."""
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def waits(*args: Any, **kwargs: Any) -> Any:
+                await self.idle()
+                return await fn(*args, **kwargs)
+
+            return waits
+
+        @functools.wraps(fn)
+        def held(*args: Any, **kwargs: Any) -> None:
+            if self.holds():
+                self.held.append((fn, args, kwargs))
+            else:
+                fn(*args, **kwargs)
+
+        return held
+
+    def holding_rpc(self, fn: Callable) -> Callable:
+        """An RPC handler that waits while jobs run (its result, awaited by
+        distributed's ``handle_comm``, is a coroutine)."""
+
+        @functools.wraps(fn)
+        def waits(*args: Any, **kwargs: Any) -> Any:
+            return self._after_idle(fn, args, kwargs)
+
+        return waits
+
+    async def _after_idle(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
+        await self.idle()
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+class Handlers(dict):
+    """A scheduler's handler table (``handlers`` or ``stream_handlers``)
+    that hands out the holding version of a handler while jobs run.
+
+    distributed looks a handler up by ``table[op]`` for every message it
+    reads; with nothing running, that is the handler itself."""
+
+    __slots__ = ("work", "rpc")
+
+    def __init__(self, table: dict, work: LoopWork, rpc: bool):
+        super().__init__(table)
+        self.work = work
+        self.rpc = rpc
+
+    def __getitem__(self, op: Any) -> Any:
+        fn = dict.__getitem__(self, op)
+        work = self.work
+        if not work.holds() or op in PASS or (isinstance(op, str) and op.startswith("slimgraph_")):
+            return fn
+        return work.holding_rpc(fn) if self.rpc else work.holding_stream(fn)
+
+
+def attach(scheduler: Any) -> LoopWork:
+    """Give ``scheduler`` its :class:`LoopWork` and holding handler tables
+    (once; handlers added later, by extensions, are held too)."""
+    work = getattr(scheduler, "slim_work", None)
+    if work is None:
+        work = scheduler.slim_work = LoopWork()
+    if not isinstance(scheduler.handlers, Handlers):
+        scheduler.handlers = Handlers(scheduler.handlers, work, rpc=True)
+    if not isinstance(scheduler.stream_handlers, Handlers):
+        scheduler.stream_handlers = Handlers(scheduler.stream_handlers, work, rpc=False)
+    return work
