@@ -511,6 +511,187 @@ def no_horizontal_scroll(page) -> bool:
     return page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1")
 
 
+#: a figure's x range and x axis label, read from Bokeh's document in the page
+X_RANGE_JS = """(name) => {
+    for (const d of Bokeh.documents) {
+        const m = d.get_model_by_name(name);
+        if (m) {
+            const axis = m.below.find((a) => a.axis_label != null);
+            return {start: m.x_range.start, end: m.x_range.end, label: axis ? axis.axis_label : null};
+        }
+    }
+    return null;
+}"""
+
+#: the page's main panels (Panel's cards, Bokeh's figures, the tables) as
+#: boxes in page coordinates; those not shown (other tabs) have no size
+PANELS_JS = """() => {
+    const out = [];
+    const visit = (root) => {
+        for (const el of root.querySelectorAll('*')) {
+            const cls = el.classList;
+            let what = null;
+            if (cls.contains('card')) what = 'card';
+            else if (cls.contains('bk-Figure')) what = 'figure';
+            else if (cls.contains('tabulator')) what = 'table';
+            if (what) {
+                const r = el.getBoundingClientRect();
+                if (r.width > 0 && r.height > 0) {
+                    const title = what === 'card' ? (el.querySelector('.card-header, .card-title') || el).innerText.split('\\n')[0]
+                        : what === 'table' ? (el.innerText || '').trim().split('\\n')[0] : '';
+                    out.push({what, title, x: r.left, y: r.top, w: r.width, h: r.height});
+                }
+            }
+            if (el.shadowRoot) visit(el.shadowRoot);
+        }
+    };
+    visit(document);
+    return out;
+}"""
+
+#: (scrollWidth, clientWidth) of the memory table's rows
+TABLE_SCROLL_JS = """(el) => { const h = el.querySelector('.tabulator-tableholder');
+    return [h.scrollWidth, h.clientWidth]; }"""
+
+
+def _overlaps(boxes: list[dict]) -> list[tuple]:
+    """Pairs of boxes that overlap by more than a pixel each way."""
+    out = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            dx = min(a["x"] + a["w"], b["x"] + b["w"]) - max(a["x"], b["x"])
+            dy = min(a["y"] + a["h"], b["y"] + b["h"]) - max(a["y"], b["y"])
+            if dx > 1 and dy > 1:
+                out.append((a, b))
+    return out
+
+
+def test_empty_app_charts_set_their_ranges(web):
+    """The app's charts as a page opened before the engines answer gets
+    them (no RSS sample, no block, no bar, no tree, no census), drawn by
+    BokehJS in the browser: no "could not set initial ranges" (Bokeh's
+    automatic ranges over empty sources are NaN, and BokehJS warned at
+    every paint: 7 warnings per page load while the engines started), no
+    console warning or error at all, and finite axes."""
+    from bokeh.embed import json_item
+    from bokeh.layouts import column
+    from bokeh.util.paths import bokehjs_path
+
+    from slimgraph.dashboard.app import BlocksView, RssView
+    from slimgraph.views.figures import Views
+
+    page, _ = web
+    messages: list[str] = []
+    page.on("console", lambda m: m.type in ("warning", "error") and messages.append(m.text))
+    kinds = ("stock", "slim")
+    views = Views(kinds=kinds, sizing_mode="stretch_width", rss=False, census=True)
+    rss = RssView(kinds)
+    blocks = BlocksView(kinds, rss.figure.x_range)
+    figs = [*views.timing_figs.values(), *views.tree_figs.values(), rss.figure, blocks.figure,
+            *(f.figure for f in views.lazy.values()), *(f.figure for f in views.lazy_attrs.values())]  # fmt: skip
+    # the page holds BokehJS itself and the charts' document, nothing else
+    # to load (a page with any other resource would log its failure)
+    bokehjs = (bokehjs_path() / "js" / "bokeh.min.js").read_text()
+    item = json.dumps(json_item(column(*figs, sizing_mode="stretch_width")))
+    page.set_content(f"<html><body><script>{bokehjs}</script><div id='root'></div>"
+                     f"<script>Bokeh.embed.embed_item({item}, 'root')</script></body></html>")
+    page.wait_for_function("() => window.Bokeh && Bokeh.documents.length === 1 && "
+                           "Bokeh.documents[0].get_model_by_name('sg-rss-figure') !== null")  # fmt: skip
+    page.wait_for_timeout(1500)  # (several paints)
+    rss_ranges = page.evaluate("""() => { const m = Bokeh.documents[0].get_model_by_name('sg-rss-figure');
+        return [m.x_range.start, m.x_range.end, m.y_range.start, m.y_range.end]; }""")
+    assert all(v is not None and abs(v) < float("inf") for v in rss_ranges), rss_ranges
+    assert rss_ranges[0] < rss_ranges[1] and rss_ranges[2] == 0 < rss_ranges[3], rss_ranges
+    assert not messages, messages
+    # the stand-in span goes at the first sample: from then on the data's
+    rss.extend("stock", [(1.0e12, 120.0)])
+    assert rss.blank.data["time"] == [] and not rss.waiting.visible
+
+
+@pytest.mark.timeout(300)
+def test_launch_page_is_clean_fits_every_width_and_fits_a_tree(web, launched):
+    """The main job's page over a load and a small job (opened while the
+    engines may still be starting): no console warning or error; at 1,000,
+    1,440 and 1,920 px the page never scrolls sideways, its cards, charts
+    and tables do not overlap, and the memory table's columns fit; the
+    "fit" toggle draws slim's tree at its own extent and back."""
+    page, watch = web
+    url, _ = launched
+    messages: list[str] = []
+    page.on("console", lambda m: m.type in ("warning", "error") and messages.append(m.text))
+    page.set_viewport_size({"width": 1440, "height": 1100})
+    page.goto(url)
+    wait_model(page, "sg-memory-figure-stock")
+    kinds = engines_running(page)
+    page.locator("select").nth(1).select_option("1k")
+    page.get_by_role("checkbox", name=re.compile("ingest only")).check()
+    page.get_by_role("button", name="both" if len(kinds) == 2 else "stock", exact=True).click()
+    page.get_by_role("button", name="Submit").click()
+    page.get_by_text(re.compile(r"job \d+ \(array 1k\).*: done")).first.wait_for(timeout=120_000)
+    for k in kinds:
+        wait_rows(page, f"sg-memory-{k}", "x1", 1, timeout=30)
+        # the branches are tints of the engine's colour, not greys (dark
+        # ones hid their labels): no colour below the root has r = g = b
+        tree = source(page, f"sg-memory-{k}")
+        greys = [c for c, d in zip(tree["color"], tree["depth"]) if d > 0 and len(set(c[1:].lower()[i:i + 2]
+                 for i in (0, 2, 4))) == 1]  # fmt: skip
+        assert not greys, (k, greys)
+    memory = page.locator(".tabulator", has_text="B/task").first
+    memory.locator(".tabulator-row").first.wait_for(timeout=30_000)
+
+    for width in (1000, 1440, 1920):
+        # (tall enough that the whole first tab is in the screenshot)
+        page.set_viewport_size({"width": width, "height": 2300})
+        page.wait_for_timeout(1200)  # (Bokeh lays out again after a resize)
+        sw, cw = page.evaluate("() => [document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
+        assert sw <= cw, (width, sw, cw)
+        panels = page.evaluate(PANELS_JS)
+        kinds_seen = sorted({p["what"] for p in panels})
+        # the summary, history, phases and memory cards; 2 phase charts, 2
+        # trees and RSS per two engines; the history and the memory table
+        assert kinds_seen == ["card", "figure", "table"], panels
+        assert len([p for p in panels if p["what"] == "figure"]) == 2 * len(kinds) + 1, panels
+        assert len([p for p in panels if p["what"] == "table"]) == 2, panels
+        for group in ("card", ("figure", "table")):
+            boxes = [p for p in panels if p["what"] in group]
+            bad = _overlaps(boxes)
+            assert not bad, (width, bad)
+        for p in panels:  # nothing runs past the window's right edge
+            assert p["x"] >= 0 and p["x"] + p["w"] <= cw + 1, (width, p)
+        scroll_w, client_w = memory.evaluate(TABLE_SCROLL_JS)
+        assert scroll_w <= client_w + 1, (width, scroll_w, client_w)  # every column shown
+        shot(page, f"launch-polish-{width}")
+
+    # fit slim's tree to its own extent, and back to the one byte scale
+    if "slim" in kinds:
+        page.set_viewport_size({"width": 1440, "height": 2300})
+        slim_x1 = max(source(page, "sg-memory-slim")["x1"])
+        stock_x1 = max(source(page, "sg-memory-stock")["x1"])
+        shared = page.evaluate(X_RANGE_JS, "sg-memory-figure-slim")
+        assert shared["end"] == page.evaluate(X_RANGE_JS, "sg-memory-figure-stock")["end"] == stock_x1
+        assert slim_x1 < 0.8 * stock_x1, (slim_x1, stock_x1)  # (a fit that changes something)
+        assert "same scale" in shared["label"]
+        page.get_by_role("checkbox", name=re.compile("fit slim")).check()
+        # (the range and the axis label may arrive in two messages)
+        page.wait_for_function(f"""() => {{ const x = ({X_RANGE_JS})('sg-memory-figure-slim');
+            return x.end === {slim_x1} && x.label.includes('own scale'); }}""", timeout=15_000)  # fmt: skip
+        fitted = page.evaluate(X_RANGE_JS, "sg-memory-figure-slim")
+        assert fitted["start"] == 0, fitted
+        assert page.evaluate(X_RANGE_JS, "sg-memory-figure-stock")["end"] == stock_x1  # stock stays
+        shot(page, "launch-polish-fit-slim")
+        page.get_by_role("checkbox", name=re.compile("fit slim")).uncheck()
+        page.wait_for_function(f"""() => {{ const x = ({X_RANGE_JS})('sg-memory-figure-slim');
+            return x.end === {stock_x1} && x.label.includes('same scale'); }}""", timeout=15_000)  # fmt: skip
+    # the other tabs' charts, made when first shown, warn of nothing either
+    page.locator(".bk-tab", has_text="Event-loop blocks").click()
+    wait_model(page, "sg-blocks")
+    page.locator(".bk-tab", has_text="Lazy containers").click()
+    wait_rows(page, "sg-lazy-stock", "time", 0, timeout=30)
+    page.wait_for_timeout(1000)
+    assert not messages, messages
+    assert_clean(watch)
+
+
 @pytest.mark.timeout(600)
 def test_launch_both_engines_summary_equals_records(web, launched):
     """Submit on both engines at once; the summary strip's figures are the
@@ -538,8 +719,11 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     page.get_by_role("button", name="both" if len(kinds) == 2 else "stock").click()
     page.get_by_role("checkbox", name=re.compile("memray")).check()
     page.get_by_role("checkbox", name=re.compile("ingest only")).check()
+    # (an earlier test's job may be the latest until this one's is shown)
+    earlier = page.locator(".sg-summary[data-job]")
+    earlier = earlier.first.get_attribute("data-job") if earlier.count() else None
     page.get_by_role("button", name="Submit").click()
-    job = page.locator(".sg-summary[data-job]").first
+    job = page.locator(".sg-summary[data-job]" + (f":not([data-job='{earlier}'])" if earlier else "")).first
     job.wait_for(timeout=30_000)
     job_id = job.get_attribute("data-job")
     page.get_by_text(re.compile(rf"job {job_id} \(array 1.5k\).*: done")).first.wait_for(timeout=240_000)
@@ -693,7 +877,12 @@ def test_launch_stays_live_while_stock_ingests(web, launched, chromium):
     columns_before = page.evaluate(COLUMNS_JS, "part")
     page.locator("select").nth(1).select_option("100k")
     box = page.locator(".bk-input-group", has_text="Tasks (about").locator("input").first
+    # (the server's answer to the preset, "100000", must land before the
+    # count is typed: arriving during the typing, under load, it made
+    # "100000120000" and a job of 100 billion tasks)
+    sync_api.expect(box).to_have_value("100000", timeout=60_000)
     box.fill("120000")
+    sync_api.expect(box).to_have_value("120000")
     box.press("Enter")
     page.get_by_role("button", name="stock", exact=True).click()
     page.get_by_role("checkbox", name=re.compile("ingest only")).check()

@@ -305,6 +305,37 @@ def test_memory_trees_share_one_byte_scale():
     assert "271.0 MiB" in slim.figure.title.text and "488.0 MiB" in stock.figure.title.text
 
 
+def test_a_fitted_tree_is_drawn_at_its_own_extent():
+    """The "fit" toggle: one tree on an x range of its own, ending at its
+    own total (its labels get the room); the other stays on the shared
+    byte scale, which still follows the largest tree; unfitted, the tree is
+    back on the shared range."""
+    def tree(total):
+        return [{"path": "state", "parent": None, "name": "state", "bytes": total, "count": 1,
+                 "bytes_per_task": 1},
+                {"path": "state/containers", "parent": "state", "name": "containers",
+                 "bytes": total / 5, "count": 1, "bytes_per_task": 1}]  # fmt: skip
+
+    views = Views(kinds=("stock", "slim"))
+    stock, slim = views.memory["stock"], views.memory["slim"]
+    shared = stock.figure.x_range
+    stock.show(transforms.icicle(tree(400 * 2**20), kind="stock"), 1000, None)
+    slim.show(transforms.icicle(tree(20 * 2**20), kind="slim"), 1000, None)
+    narrow = dict(zip(slim.source.data["name"], slim.source.data["label"]))["containers"]
+    slim.set_fit(True)
+    assert slim.figure.x_range is not shared and stock.figure.x_range is shared
+    assert (slim.figure.x_range.start, slim.figure.x_range.end) == (0, 20 * 2**20)
+    assert shared.end == 400 * 2**20
+    assert "own scale" in slim.figure.xaxis[0].axis_label and "same scale" in stock.figure.xaxis[0].axis_label
+    # (a box a fifth of the plot wide has room for its whole name)
+    assert dict(zip(slim.source.data["name"], slim.source.data["label"]))["containers"] == "containers" != narrow
+    slim.show(transforms.icicle(tree(30 * 2**20), kind="slim"), 1000, None)  # a new walk, still fitted
+    assert slim.figure.x_range.end == 30 * 2**20 and shared.end == 400 * 2**20
+    slim.set_fit(False)
+    assert slim.figure.x_range is shared and shared.end == 400 * 2**20
+    assert "same scale" in slim.figure.xaxis[0].axis_label
+
+
 def test_labels_fit_their_boxes():
     assert transforms.fit_label("containers", 0.5, chars=100) == "containers"
     cut = transforms.fit_label("scheduler collections", 0.1, chars=100)

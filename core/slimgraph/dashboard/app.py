@@ -12,8 +12,8 @@ What a session shows, top to bottom: the engines' state (running, busy
 ingesting and for how long), the latest job's summary strip (stock beside
 slim, ratios), the job history (CSV download), update_graph phases (bars
 labelled by job, both engines at the same slot), the memory trees (drawn to
-one byte scale across engines), RSS of each scheduler process (ingestions
-shaded), lazy containers.
+one byte scale across engines, or each fitted to its own extent), RSS of
+each scheduler process (ingestions shaded), lazy containers.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from slimgraph.dashboard import clusters, summary
 from slimgraph.dashboard.jobs import Job, expected_seconds
 from slimgraph.dashboard.poller import Poller, poller as shared_poller
 from slimgraph.dashboard.summary import ENGINE_COLORS
-from slimgraph.views.figures import Views, lean
+from slimgraph.views.figures import Views, waiting_label, lean
 from slimgraph.views.transforms import timing_row, tree_table
 
 logger = logging.getLogger(__name__)
@@ -106,6 +106,23 @@ def _widget(cls: type, **params: Any) -> Any:
     return cls(**params)
 
 
+#: the tables' look: the page's small type (Tabulator's 16 px made four
+#: columns of the memory table wider than a 1,000 px window's main area),
+#: and a bottom edge, so that a row cut by the table's height reads as
+#: scrolled, not as covered by the chart below. (The class doubled: the
+#: theme's stylesheet comes later and would win a tie.)
+TABLE_CSS = ".tabulator.tabulator { font-size: 13px; border-bottom: 1px solid #cccccc; }"
+
+
+def _column_title(column: str) -> str:
+    """A history column's title: words that wrap in a narrow header
+    ("stock us_per_task" -> "stock us per task"; the CSV keeps the names)."""
+    words = column.replace("update_graph", "update-graph").replace("_", " ")
+    if words.endswith(" s"):  # (seconds; a ratio has no unit)
+        words = words[:-2] + ("" if column.startswith("ratio ") else " (s)")
+    return words.replace("update-graph", "update_graph").replace("rss", "RSS").replace("ratio ", "stock/slim ")
+
+
 def _flamegraph_download(kind: str, html: str, job_id: int) -> pn.widgets.FileDownload:
     """A download button for a flamegraph (sent only when clicked)."""
     name = f"slimgraph-memray-{kind}-job{job_id}.html"
@@ -132,22 +149,43 @@ class RssView:
         self.live = ColumnDataSource({"left": [], "right": [], "kind": [], "color": []}, name="sg-ingestions-live")
         fig = figure(title=Title(text="RSS of each scheduler process (shaded: update_graph running)"),
                      x_axis_type="datetime", y_axis_label="MiB", height=240, sizing_mode="stretch_width",
+                     name="sg-rss-figure",
                      y_range=DataRange1d(start=0), tools="xpan,xwheel_zoom,reset,save",
                      toolbar_location="right")  # fmt: skip
         for src in (self.shade, self.live):
             fig.quad(left="left", right="right", bottom=0, top=1e9, source=src,
                      fill_color="color", fill_alpha=0.12, line_alpha=0)  # fmt: skip
-        for k in kinds:
-            fig.line("time", "mb", source=self.sources[k], color=ENGINE_COLORS.get(k, "black"),
-                     line_width=2, legend_label=f"{k} scheduler")  # fmt: skip
+        lines = [fig.line("time", "mb", source=self.sources[k], color=ENGINE_COLORS.get(k, "black"),
+                          line_width=2, legend_label=f"{k} scheduler") for k in kinds]  # fmt: skip
+        # What the automatic ranges span before the first RSS sample: the
+        # minute before the page was made, 0 to 100 MiB, drawn by an
+        # invisible line. Over empty sources alone both ranges are NaN, and
+        # BokehJS warns "could not set initial ranges" at every paint (and
+        # draws no axes) until the engines answer (the blocks chart shares
+        # the x range). :meth:`extend` empties it at the first sample: from
+        # then on the ranges follow the data alone (pan, zoom and reset as
+        # before).
+        now = time.time() * 1000
+        self.blank = ColumnDataSource({"time": [now - 60_000, now], "mb": [0.0, 100.0]}, name="sg-rss-blank")
+        blank = fig.line("time", "mb", source=self.blank, line_alpha=0)
         fig.legend.location = "top_left"
         fig.y_range.only_visible = True
-        fig.y_range.renderers = [r for r in fig.renderers if r.glyph.__class__.__name__ == "Line"]
+        fig.y_range.renderers = [*lines, blank]
         fig.xaxis.formatter = _time_formatter()
         fig.xaxis.ticker.desired_num_ticks = 6
-        fig.add_tools(HoverTool(tooltips=[("MiB", "@mb{0.0}")], mode="vline",
-                                renderers=fig.y_range.renderers))  # fmt: skip
+        fig.add_tools(HoverTool(tooltips=[("MiB", "@mb{0.0}")], mode="vline", renderers=lines))
+        self.waiting = waiting_label(fig, "waiting for the engines' first RSS sample")
         self.figure = lean(fig)
+
+    def extend(self, kind: str, points: list) -> None:
+        """Stream ``(time ms, MiB)`` points of ``kind`` (a document callback);
+        the first empties the stand-in range (see ``__init__``)."""
+        if not points:
+            return
+        self.sources[kind].stream({"time": [p[0] for p in points], "mb": [p[1] for p in points]}, 3000)
+        if self.blank.data["time"]:
+            self.blank.data = {"time": [], "mb": []}
+            self.waiting.visible = False
 
 
 class BlocksView:
@@ -238,6 +276,8 @@ class App:
         self._lazy_seq = dict.fromkeys(self.kinds, 0)
         self._lazy_last = dict.fromkeys(self.kinds, 0.0)
         self._shown_job: tuple | None = None
+        #: why the launcher's last Submit did not submit ("" once one did)
+        self._notice = ""
         self._history_key: tuple | None = None
         self._build_widgets()
         self.layout = self._layout()
@@ -292,12 +332,25 @@ class App:
             "Its figures appear here, stock beside slim.</i></div>",
             sizing_mode="stretch_width", stylesheets=[summary.SUMMARY_CSS],
         )  # fmt: skip
-        self.history = _widget(pn.widgets.Tabulator, value=pd.DataFrame(columns=summary.history_columns(), dtype=object),
+        # ~30 columns (per engine, and their ratios) are wider than any
+        # window: the table scrolls sideways inside its card (never the
+        # page), the job column frozen, and says so (headless Chromium and
+        # overlay scrollbars show no scrollbar: columns just end at its edge)
+        columns = summary.history_columns()
+        self.history = _widget(pn.widgets.Tabulator, value=pd.DataFrame(columns=columns, dtype=object),
                                             disabled=True, show_index=False,
                                             sizing_mode="stretch_width", pagination="local",
                                             page_size=10, frozen_columns=["job"], name="job history",
+                                            titles={c: _column_title(c) for c in columns},
+                                            stylesheets=[TABLE_CSS],
                                             configuration={"placeholder": "no job yet: each job submitted from the "
-                                                                          "launcher gets a row here"})  # fmt: skip
+                                                                          "launcher gets a row here",
+                                                           "columnDefaults": {"headerWordWrap": True}})  # fmt: skip
+        self.history_note = pn.pane.HTML(
+            f"<small class='sg-history-note'>{len(columns)} columns: scroll the table sideways (the job "
+            "column stays); the downloads hold every column with every digit.</small>",
+            sizing_mode="stretch_width", margin=(0, 10),
+        )  # fmt: skip
         self.csv = _widget(pn.widgets.FileDownload, callback=self._history_csv, filename="slimgraph-jobs.csv",
                                            label="Download the job history (CSV)", embed=False,
                                            button_type="default")  # fmt: skip
@@ -367,7 +420,8 @@ class App:
         self.cards = [
             pn.Card(self.summary, title="Latest job: stock beside slim", sizing_mode="stretch_width",
                     collapsible=False),  # fmt: skip
-            pn.Card(self.history, pn.Row(self.csv, self.parquet), title="Job history", sizing_mode="stretch_width"),
+            pn.Card(self.history, self.history_note, pn.Row(self.csv, self.parquet), title="Job history",
+                    sizing_mode="stretch_width"),  # fmt: skip
         ]
         if self.notebook:
             self.cards += self._plot_cards()
@@ -394,11 +448,14 @@ class App:
 
         # the memory trees as a table: the largest parts of the state, per
         # task, stock beside slim (also what a screen reader gets of them)
+        # (four columns: fitted to the card's width at every window width)
         self.memory_table = _widget(
             pn.widgets.Tabulator, value=self._memory_frame({}), disabled=True, show_index=False, sizing_mode="stretch_width", height=260,
             name="memory per task", text_align={c: "right" for c in ("stock B/task", "slim B/task", "stock - slim B/task")},
-            # (an empty scheduler is left out: say why the table is empty)
-            configuration={"placeholder": "no tasks held yet on either engine (a job's tree is kept at the end "
+            layout="fit_columns", stylesheets=[TABLE_CSS], margin=(5, 10, 15, 10),
+            configuration={"columnDefaults": {"headerWordWrap": True},
+                           # (an empty scheduler is left out: say why the table is empty)
+                           "placeholder": "no tasks held yet on either engine (a job's tree is kept at the end "
                                           "of its ingestion)"},
         )  # fmt: skip
         #: which graph each tree is of, when they are of different ones
@@ -409,11 +466,21 @@ class App:
             pn.widgets.RadioButtonGroup, name="Phase bars in", options={"seconds": "s", "us per task": "us"}, value="s", width=220,
         )  # fmt: skip
         self.bar_unit.param.watch(lambda e: self.views.set_bar_unit(e.new), "value")
+        # per tree: the one byte scale (the default: a tree half as big is
+        # drawn half as wide), or fitted to its own extent (slim's tree is
+        # a sliver on stock's scale)
+        self.tree_fit = _widget(
+            pn.widgets.CheckBoxGroup, name="Fit trees", options={f"fit {k}'s tree to its own width": k for k in self.kinds},
+            value=[], inline=True, css_classes=["sg-tree-fit"], align="center",
+        )  # fmt: skip
+        self.tree_fit.param.watch(lambda e: self._fit_trees(e.new), "value")
         cards = [
             pn.Card(pn.Row(pn.pane.HTML("<small>bars in</small>", margin=(12, 4, 0, 10)), self.bar_unit),
                     _figure_row([self.views.timing[k].figure for k in self.kinds]),
                     title="update_graph phases per job", sizing_mode="stretch_width"),  # fmt: skip
-            pn.Card(_figure_row([self.views.memory[k].figure for k in self.kinds]),
+            pn.Card(pn.Row(pn.pane.HTML("<small>trees on one byte scale, or</small>", margin=(0, 4, 0, 10),
+                                        align="center"), self.tree_fit),
+                    _figure_row([self.views.memory[k].figure for k in self.kinds]),
                     self.memory_note, self.memory_table,
                     pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
                     title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip
@@ -425,6 +492,12 @@ class App:
         if render:
             self._render_plots()
         return cards
+
+    def _fit_trees(self, fitted: list) -> None:
+        """The trees of ``fitted`` kinds at their own extent, the others on
+        the one byte scale (the fit toggle's callback)."""
+        for k in self.kinds:
+            self.views.memory[k].set_fit(k in fitted)
 
     def _memory_frame(self, table: dict) -> pd.DataFrame:
         """The memory table's frame: always the same columns (the part, each
@@ -535,7 +608,7 @@ class App:
     def _on_submit(self, event=None) -> Job | None:
         job = current_job()
         if job is not None and job.running:
-            self.job_status.object = "<b>A job is already running</b>; cancel it or wait for it to end."
+            self._say("<b>A job is already running</b>; cancel it or wait for it to end.")
             return None
         if self.mgr.remote:
             kinds = ("remote",)
@@ -543,7 +616,7 @@ class App:
             kinds = ("stock", "slim") if self.kind.value == "both" else (self.kind.value,)
         kinds = tuple(k for k in kinds if k == "remote" or self.mgr.available(k))
         if not kinds:
-            self.job_status.object = "<b>slim: not available</b> in this checkout."
+            self._say("<b>slim: not available</b> in this checkout.")
             return None
         if self.mgr.remote:
             kinds = (self.kinds[0],)
@@ -553,11 +626,22 @@ class App:
                       memray=OPT_MEMRAY in self.options.value, ingest_only=OPT_INGEST in self.options.value,
                       poller=self.poll)  # fmt: skip
         except ValueError as e:
-            self.job_status.object = f"<b class='sg-error'>Cannot submit</b>: {e}"
+            self._say(f"<b class='sg-error'>Cannot submit</b>: {e}")
             return None
+        self._notice = ""
         _jobs.append(job.start())
         self._render_job()
         return job
+
+    def _say(self, html: str) -> None:
+        """Why the launcher did not submit, above the latest job's status
+        until the next submission. (Written into the status alone, it was
+        replaced by the latest job's status at the next refresh, half a
+        second later, whenever an earlier job existed.)"""
+        self._notice = html
+        self._render_job()
+        if current_job() is None:
+            self.job_status.object = html
 
     def _on_cancel(self, event=None) -> None:
         job = current_job()
@@ -624,6 +708,8 @@ class App:
         lines = "".join(f"<br><small>{k}: <span class='sg-phase-{k}'>{job.phases[k]}</span> &mdash; "
                         f"{job.messages[k]}</small>" for k in job.kinds)  # fmt: skip
         text = f"<b>{job.label}</b> ({job.settings}): <span class='sg-phase'>{job.phase}</span>{lines}"
+        if self._notice:
+            text = f"{self._notice}<br>{text}"
         if self.job_status.object != text:
             self.job_status.object = text
         figs = job_figures(self.poll, job)
@@ -678,7 +764,7 @@ class App:
                 pts = [p for p in list(snap.rss) if p[0] > self._rss_last[k]]
                 if pts:
                     self._rss_last[k] = pts[-1][0]
-                    self.rss.sources[k].stream({"time": [p[0] for p in pts], "mb": [p[1] for p in pts]}, 3000)
+                    self.rss.extend(k, pts)
             if self.blocks is not None and snap.blocks_seq != self._blocks_seq[k]:
                 self._blocks_seq[k] = snap.blocks_seq
                 new_blocks = [b for b in list(snap.blocks) if b["wall_end"] > self._blocks_last[k]]
@@ -699,7 +785,6 @@ class App:
                 trees[k] = (("live", snap.tree_seq), snap.tree, "")
         trees.update(self._kept_trees(trees))
         if trees and any(self._tree_seq[k] != seq for k, (seq, _, _) in trees.items()):
-            biggest = max(t[3] for _, t, _ in trees.values()) or 1
             # (an engine holding no tasks, with no job's tree kept, has no
             # bytes per task to compare)
             held = {k: v for k, v in trees.items() if v[1][1] > 0}
@@ -713,15 +798,15 @@ class App:
             if self.memory_note.object != note:
                 self.memory_note.object = note
             self.memory_table.value = self._memory_frame(table)
+            for k, (_, (data, _, _, _), _) in trees.items():
+                # (every tree's extent first: each show sets the shared
+                # range's end to the largest, and cuts labels to it)
+                self.views.memory[k].total = max(data["x1"], default=0.0)
             for k, (seq, (data, ntasks, sample, total), when) in trees.items():
                 self._tree_seq[k] = seq
-                scale = total / biggest
-                d = dict(data)
-                d["x0"] = [x * scale for x in data["x0"]]
-                d["x1"] = [x * scale for x in data["x1"]]
-                d["label"] = [lab if (x1 - x0) * scale > 0.08 else "" for lab, x0, x1 in
-                              zip(data["label"], data["x0"], data["x1"])]  # fmt: skip
-                self.views.memory[k].show(d, ntasks, sample)
+                # (x in bytes: the icicles' shared x range is the one byte
+                # scale; a tree's labels are cut to its boxes by show)
+                self.views.memory[k].show(data, ntasks, sample)
                 from slimgraph.instrument.memory import fmt_bytes
 
                 how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"

@@ -298,7 +298,7 @@ class Job:
             tree = feed.sync(feed.memory_tree, MEMORY_SAMPLE, 0.01, timeout=120)
             res["state_bytes"] = tree.total_bytes
             res["state_tasks"] = tree.ntasks
-            self.trees[kind] = (icicle(tree_rows(tree)), tree.ntasks, tree.sample, tree.total_bytes)
+            self.trees[kind] = (icicle(tree_rows(tree), kind=kind), tree.ntasks, tree.sample, tree.total_bytes)
             census = feed.sync(feed.lazysets, 0.01, timeout=120)
             point, _ = lazy_summary(census)
             res["lazy_saved_bytes"] = point["saved_mb"] * 2**20

@@ -290,7 +290,9 @@ class Poller:
             snap.lazy_attrs = attrs
             snap.lazy_seq += 1
             tree = await feed.memory_tree(sample=MEMORY_SAMPLE, budget_s=SLICE_S)
-            snap.tree = (icicle(tree_rows(tree)), tree.ntasks, tree.sample, tree.total_bytes)
+            # (branches in tints of the engine's colour, as on the scheduler tab:
+            # without the kind they were greys dark enough to hide their labels)
+            snap.tree = (icicle(tree_rows(tree), kind=kind), tree.ntasks, tree.sample, tree.total_bytes)
             snap.tree_seq += 1
         except Exception as ex:  # noqa: BLE001
             logger.debug("walks of %s: %r", kind, ex)

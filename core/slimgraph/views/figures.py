@@ -174,7 +174,7 @@ def _inner_width(fig) -> int | None:
         return None
 
 
-def _waiting_label(fig, text: str):
+def waiting_label(fig, text: str):
     """A note in the middle of an empty chart (hidden once data arrives)."""
     from bokeh.models import Label
 
@@ -281,7 +281,7 @@ class TimingFigure:
         fig.xaxis.minor_tick_line_color = None
         fig.xaxis.ticker = FixedTicker(ticks=[])  # one tick per bar (as bars arrive)
         fig.xgrid.grid_line_color = None
-        self.empty = _waiting_label(fig, "no update_graph recorded yet")
+        self.empty = waiting_label(fig, "no update_graph recorded yet")
         self.figure = lean(fig)
 
     def append(self, rows: list[dict], rollover: int) -> None:
@@ -376,21 +376,34 @@ class MemoryIcicle:
     """The scheduler's memory tree as an icicle (hover: bytes, count, B/task).
 
     x is bytes: the icicles of all kinds share one x range (:class:`Views`),
-    so stock's and slim's trees are drawn to the same absolute byte scale."""
+    so stock's and slim's trees are drawn to the same absolute byte scale
+    (a tree half as big is drawn half as wide). :meth:`set_fit` draws one
+    tree at its own extent instead (a small tree is a sliver on the shared
+    scale), on an x range of its own; the shared one stays the default."""
+
+    #: the x axis's label on the shared scale, and fitted
+    SHARED_LABEL = "bytes (same scale for every scheduler)"
+    FIT_LABEL = "bytes (fitted: this tree at its own scale)"
 
     def __init__(self, kind: str, sizing_mode: str | None = None, width: int = 560,
                  x_range: Any = None, peers: list | None = None):  # fmt: skip
-        from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter, Range1d
+        from bokeh.models import AdaptiveTicker, ColumnDataSource, HoverTool, NumeralTickFormatter, Range1d
 
         self.kind = kind
         self.total = 0.0
         #: the icicles sharing ``x_range`` (their largest total sets its end)
         self.peers = peers if peers is not None else [self]
         self.source = ColumnDataSource({c: [] for c in TREE_COLUMNS}, name=f"sg-memory-{kind}")
+        #: the x range every peer draws on (the one byte scale)
+        self.shared_range = x_range if x_range is not None else Range1d(0, 2**20)
+        #: this tree's own x range, while fitted (made at the first fit)
+        self.own_range: Any = None
+        self.fit = False
+        #: the columns last drawn (drawn again on a fit change)
+        self._shown: dict | None = None
         fig = _figure(sizing_mode, width, title=f"scheduler memory by object: {kind}",
-                      x_range=x_range if x_range is not None else Range1d(0, 2**20),
-                      y_range=Range1d(-7, 0), tools="xwheel_zoom,xpan,reset,save",
-                      x_axis_label="bytes (same scale for every scheduler)",
+                      x_range=self.shared_range, y_range=Range1d(-7, 0),
+                      tools="xwheel_zoom,xpan,reset,save", x_axis_label=self.SHARED_LABEL,
                       height=260, name=f"sg-memory-figure-{kind}")  # fmt: skip
         q = fig.quad(
             left="x0", right="x1", bottom="y0", top="y1",
@@ -415,34 +428,75 @@ class MemoryIcicle:
         )
         fig.yaxis.visible = False
         fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
-        fig.xaxis.ticker.desired_num_ticks = 5
+        # ticks a power of two apart ("512.0 KiB", "1.0 MiB"), at most 4: a
+        # decimal ticker's "488.3 KiB976.6 KiB" ran together in a tree half
+        # of a 1,000 px window wide
+        fig.xaxis.ticker = AdaptiveTicker(base=2, mantissas=[1], min_interval=1, desired_num_ticks=4)
         fig.grid.visible = False
-        self.empty = _waiting_label(fig, "walking the scheduler's memory...")
+        self.empty = waiting_label(fig, "walking the scheduler's memory...")
         self.figure = lean(fig)
 
     def show(self, data: dict, ntasks: int | None = None, sample: int | None = None) -> None:
         """Draw :func:`~.transforms.icicle` columns; the title says how many
         tasks were walked (a document callback)."""
-        self.total = max(data["x1"], default=0.0)
-        end = max(p.total for p in self.peers) or 2**20
-        # labels cut to their boxes, at ~6 px per 8pt character of the
-        # plot's width as the browser reports it (Bokeh syncs inner_width)
-        chars = (_inner_width(self.figure) or self.figure.width or 560) / 6
-        data = dict(data, label=[fit_label(name, (x1 - x0) / end, chars) for name, x0, x1
-                                 in zip(data["name"], data["x0"], data["x1"])])  # fmt: skip
-        self.source.data = data
-        if self.figure.x_range.end != end:
-            self.figure.x_range.start, self.figure.x_range.end = 0, end
-        depth = max(data["depth"], default=0)
-        if self.figure.y_range.start != -depth - 1:
-            self.figure.y_range.start = -depth - 1
-        self.empty.visible = False
+        self._draw(data)
         if ntasks is not None:
             how = f"{sample:,} of {ntasks:,} tasks sampled" if sample else f"{ntasks:,} tasks"
             total = fmt_bytes(self.total)
             title = f"scheduler memory by object: {self.kind}, {total} ({how})"
             if self.figure.title.text != title:
                 self.figure.title.text = title
+
+    def _draw(self, data: dict) -> None:
+        """The tree's boxes, its x range and its labels (not the title: an
+        owner may have set its own, see the app)."""
+        self._shown = data
+        self.total = max(data["x1"], default=0.0)
+        shared_end = max(p.total for p in self.peers) or 2**20
+        # (the shared range follows the largest tree even while this one is
+        # fitted: its peers draw on it)
+        _set_span(self.shared_range, shared_end)
+        end = shared_end
+        if self.fit:
+            end = self.total or 2**20
+            _set_span(self.own_range, end)
+        # labels cut to their boxes as drawn, at ~6 px per 8pt character of
+        # the plot's width as the browser reports it (Bokeh syncs inner_width)
+        chars = (_inner_width(self.figure) or self.figure.width or 560) / 6
+        data = dict(data, label=[fit_label(name, (x1 - x0) / end, chars) for name, x0, x1
+                                 in zip(data["name"], data["x0"], data["x1"])])  # fmt: skip
+        self.source.data = data
+        depth = max(data["depth"], default=0)
+        if self.figure.y_range.start != -depth - 1:
+            self.figure.y_range.start = -depth - 1
+        self.empty.visible = False
+
+    def set_fit(self, fit: bool) -> None:
+        """Draw this tree at its own extent (``True``: its x range ends at
+        its own total) or on the scale it shares with its peers (``False``,
+        the default). A change of the figure's x range model, not of the
+        shared range's numbers: the peers stay on the one scale, and
+        panning or zooming a fitted tree moves it alone."""
+        from bokeh.models import Range1d
+
+        fit = bool(fit)
+        if fit == self.fit:
+            return
+        self.fit = fit
+        if fit and self.own_range is None:
+            self.own_range = Range1d(0, self.total or 2**20)
+        self.figure.x_range = self.own_range if fit else self.shared_range
+        self.figure.xaxis.axis_label = self.FIT_LABEL if fit else self.SHARED_LABEL
+        if self._shown is not None:
+            self._draw(self._shown)  # (the range's end and the labels' room)
+
+
+def _set_span(rng: Any, end: float) -> None:
+    """``rng`` from 0 to ``end`` when its end is not ``end`` (a page's pan
+    or zoom stays until the tree's extent changes; each write is a message
+    to every open page)."""
+    if rng.end != end:
+        rng.start, rng.end = 0, end
 
 
 class LazySeriesFigure:
@@ -495,7 +549,7 @@ class LazySeriesFigure:
             )
         )
         _time_axis(fig)
-        self.empty = _waiting_label(fig, "no census yet")
+        self.empty = waiting_label(fig, "no census yet")
         self.figure = lean(fig)
 
     def append(self, point: dict, rollover: int = 2000) -> None:
@@ -573,7 +627,7 @@ class LazyAttrsFigure:
         fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
         fig.xaxis.ticker.desired_num_ticks = 5
         fig.ygrid.grid_line_color = None
-        self.empty = _waiting_label(fig, "no census yet")
+        self.empty = waiting_label(fig, "no census yet")
         self.figure = lean(fig)
 
     def show(self, attrs: dict) -> None:
