@@ -19,6 +19,7 @@ Screenshots go to ``test-artifacts/jupyterlab-extension-*.png``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -46,10 +47,16 @@ if not os.path.exists(CHROMIUM):  # pragma: no cover
 sync_api = pytest.importorskip("playwright.sync_api")
 
 
-def _run(*args: str) -> str:
-    p = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return ANSI.sub("", p.stdout + p.stderr)
+def _run_all(*commands: tuple[str, ...]) -> list[str]:
+    """``python -m ...`` commands of this environment, at the same time."""
+    procs = [subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for args in commands]  # fmt: skip
+    out = []
+    for p in procs:
+        text = p.communicate(timeout=120)[0]
+        assert p.returncode == 0, text
+        out.append(ANSI.sub("", text))
+    return out
 
 
 def labextension_listing(output: str) -> dict[str, list[str]]:
@@ -68,7 +75,9 @@ def labextension_listing(output: str) -> dict[str, list[str]]:
 
 
 def test_labextension_listed_enabled_and_prebuilt():
-    sections = labextension_listing(_run("-m", "jupyterlab.labextensions", "list"))
+    listing, servers = _run_all(("-m", "jupyterlab.labextensions", "list"),
+                                ("-m", "jupyter_server", "extension", "list"))  # fmt: skip
+    sections = labextension_listing(listing)
     found = {d: [ln for ln in lines if ln.startswith("slimgraph ")] for d, lines in sections.items()}
     found = {d: ls for d, ls in found.items() if ls}
     assert len(found) == 1, sections
@@ -80,9 +89,35 @@ def test_labextension_listed_enabled_and_prebuilt():
     pkg = json.loads((Path(directory) / "slimgraph" / "package.json").read_text())
     assert (Path(directory) / "slimgraph" / pkg["jupyterlab"]["_build"]["load"]).is_file()
 
-    servers = _run("-m", "jupyter_server", "extension", "list")
     assert re.search(r"slimgraph\.jupyter\s+enabled", servers), servers
     assert re.search(r"slimgraph\.jupyter\s+OK", servers), servers
+
+
+def source_sha256(folder: Path) -> tuple[str, list[str]]:
+    """jupyterlab/stamp.mjs's digest of the extension's sources, in Python."""
+    skip = {"node_modules", "lib", "tsconfig.tsbuildinfo"}
+    files = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if d not in skip]
+        files += [Path(dirpath, f).relative_to(folder).as_posix() for f in filenames if f not in skip]
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.encode() + b"\0")
+        h.update((folder / f).read_bytes())
+        h.update(b"\0")
+    return h.hexdigest(), sorted(files)
+
+
+def test_prebuilt_extension_is_built_from_the_committed_sources():
+    """The committed build (what pip installs) was made from jupyterlab/ as
+    it is: a change to the TypeScript must come with its build."""
+    built = json.loads((ROOT / "core/slimgraph/jupyter/labextension/source.json").read_text())
+    digest, files = source_sha256(ROOT / "jupyterlab")
+    assert {"src/index.ts", "src/sidebar.ts", "package.json", "package-lock.json"} <= set(files)
+    assert built["files"] == files
+    assert built["source_sha256"] == digest, (
+        "core/slimgraph/jupyter/labextension/ is not the build of jupyterlab/: "
+        "cd jupyterlab && npm ci && npm run build, and commit the result")
 
 
 # ---------------------------------------------------------------------------
@@ -192,9 +227,8 @@ def lab(tmp_mod, engines):
         *(["--allow-root"] if os.geteuid() == 0 else []),
     ], tmp_mod, env=env)  # fmt: skip
     try:
-        url = f"http://127.0.0.1:{port}/"
-        wait_http(f"{url}api/status?token={token}", proc=proc)
-        yield url, token, proc
+        # (the test waits for it to answer: the schedulers start meanwhile)
+        yield f"http://127.0.0.1:{port}/", token, proc
     finally:
         proc.stop()
 
@@ -243,6 +277,7 @@ def test_sidebar_summary_and_a_view_in_a_pane(lab, clients, notebook_cluster):
 
     url, token, proc = lab
     cluster, nb_client = notebook_cluster
+    wait_http(f"{url}api/status?token={token}", proc=proc)
     problems: list[str] = []
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
