@@ -109,7 +109,10 @@ def labextension_clusters() -> list[tuple[str, str]]:
         return []
     out = []
     try:
-        for model in mod.manager.list_clusters():
+        models = mod.manager.list_clusters()
+        if not isinstance(models, list):  # (a version whose manager is asynchronous)
+            return []
+        for model in models:
             if model.get("scheduler_address"):
                 out.append((model.get("name") or model["id"], model["scheduler_address"]))
     except Exception:  # noqa: BLE001 - its API is not ours: show what it gives
