@@ -227,7 +227,7 @@ export class SlimgraphSidebar extends Widget {
       swatch.style.borderColor = ENGINE_COLORS[s.kind || ''] || 'var(--jp-border-color1)';
       swatch.style.color = ENGINE_COLORS[s.kind || ''] || 'inherit';
       line.append(swatch, el('span', { class: 'sg-Engine-label', title: s.address }, s.label));
-      if (s.source !== 'slimgraph dashboard') {
+      if (s.source === 'entered') {
         const rm = el('button', { class: 'sg-Engine-remove', title: 'stop showing this scheduler', type: 'button' }, '×');
         rm.addEventListener('click', async () => {
           await removeScheduler(s.address);
