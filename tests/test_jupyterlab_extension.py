@@ -11,9 +11,9 @@
   scheduler`` process with one worker each, started that way), a graph
   submitted to both showing in the sidebar (stock beside slim, ratios)
   within 2 s of its end with the figures of the schedulers' own records, a
-  notebook-style ``LocalCluster`` (stock, no preload) added by its dashboard
-  URL and measured from then on, and a view opened in a main-area pane that
-  it fills.
+  notebook's own ``LocalCluster`` (stock, no preload; started in a cell)
+  added by its dashboard URL and the notebook's next computation shown,
+  and a view opened in a main-area pane that it fills.
 
 Screenshots go to ``test-artifacts/jupyterlab-extension-*.png``.
 """
@@ -186,17 +186,26 @@ def clients(engines):
             c.close()
 
 
-@pytest.fixture(scope="module")
-def notebook_cluster():
-    """A notebook's cluster: a stock LocalCluster in this process, no preload,
-    nothing of slimgraph installed on it."""
-    from distributed import Client, LocalCluster
+def _cell(i: int, *lines: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
+            "outputs": [], "source": [ln + "\n" for ln in lines]}  # fmt: skip
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://",
-                      host="127.0.0.1",
-                      dashboard_address=f"127.0.0.1:{free_port()}") as cluster:  # fmt: skip
-        with Client(cluster, set_as_default=False) as client:
-            yield cluster, client
+
+#: a user's notebook: a cluster of its own (stock, no preload, nothing of
+#: slimgraph on it), then a computation on it
+NOTEBOOK = {
+    "cells": [
+        _cell(1, "from distributed import Client, LocalCluster",
+              "cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False,",
+              "                       protocol='tcp://', host='127.0.0.1', dashboard_address='127.0.0.1:0')",
+              "client = Client(cluster)",
+              "print('DASHBOARD', cluster.dashboard_link, 'ADDRESS', cluster.scheduler_address)"),
+        _cell(2, "import dask.array as da",
+              "print('RESULT', client.compute(da.arange(1000, chunks=100).sum()).result())"),
+    ],
+    "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +219,7 @@ def lab(tmp_mod, engines):
     note.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
     root = tmp_mod / "root"
     root.mkdir()
+    (root / "nb.ipynb").write_text(json.dumps(NOTEBOOK))
     env = {
         "TMPDIR": str(tmp_mod / "tmp"),
         "JUPYTERLAB_SETTINGS_DIR": str(settings),
@@ -270,13 +280,14 @@ def check_figures(page, scope: str, kind: str, rec) -> None:
             (rec.rss_after - rec.rss_before) / rec.tasks, rel=1e-9)  # fmt: skip
 
 
-def test_sidebar_summary_and_a_view_in_a_pane(lab, clients, notebook_cluster):
+def test_sidebar_summary_and_a_view_in_a_pane(lab, clients):
     import dask.array as da
 
     from slimgraph.instrument import client as sgc
 
+    from distributed import Client
+
     url, token, proc = lab
-    cluster, nb_client = notebook_cluster
     wait_http(f"{url}api/status?token={token}", proc=proc)
     problems: list[str] = []
     with sync_api.sync_playwright() as p:
@@ -326,18 +337,44 @@ def test_sidebar_summary_and_a_view_in_a_pane(lab, clients, notebook_cluster):
             assert text.endswith(("ms", " s")), text
             shot(page, "sidebar-summary")
 
-            # a notebook's cluster, added by its dashboard URL: the recorder
-            # is installed there, and its next submission is shown
-            page.locator(".sg-Sidebar-input").fill(cluster.dashboard_link)
+            # a notebook's own cluster, added by its dashboard URL: the
+            # recorder is installed there, and the notebook's next
+            # submission is shown
+            page.evaluate("(url) => window.open(url, '_self')", f"{url}lab/tree/nb.ipynb?token={token}")
+            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(timeout=60_000)
+            page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=60_000)
+            page.wait_for_timeout(1000)
+            side.wait_for(state="visible")  # (the layout keeps the sidebar open)
+            page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click()
+            page.keyboard.press("Shift+Enter")
+            out = page.locator(".jp-OutputArea-output", has_text="ADDRESS tcp://")
+            try:
+                out.wait_for(timeout=15_000)
+            except sync_api.TimeoutError:
+                prompt = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first.inner_text()
+                if prompt.strip() == "[ ]:":  # not run (the kernel was not connected yet): again
+                    page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click()
+                    page.keyboard.press("Shift+Enter")
+                out.wait_for(timeout=60_000)
+            m = re.search(r"DASHBOARD (\S+) ADDRESS (\S+)", out.inner_text())
+            dashboard, address = m.group(1), m.group(2)
+            page.locator(".sg-Sidebar-input").fill(dashboard)
             page.keyboard.press("Enter")
-            address = cluster.scheduler_address
             side.locator(f".sg-Engine[data-sg-scheduler='{address}'][data-state='ok']").wait_for(timeout=30_000)
-            assert nb_client.compute(da.arange(1000, chunks=100).sum()).result(timeout=60) == 499_500
-            rec = sgc.get_submissions(nb_client)[-1]
+            page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").nth(1).click()
+            page.keyboard.press("Shift+Enter")
+            page.locator(".jp-OutputArea-output", has_text="RESULT 499500").wait_for(timeout=60_000)
+            with Client(address, timeout="20s", set_as_default=False) as nb_client:
+                rec = sgc.get_submissions(nb_client)[-1]
+            assert rec.scheduler == "stock" and rec.tasks > 0
             nb_scope = f"#slimgraph-sidebar table[data-group='{address}']"
             wait_submission(page, nb_scope, "stock", rec.submission_id)
             check_figures(page, nb_scope, "stock", rec)
             assert not page.locator(f"{nb_scope} td[data-kind='ratio']").count()  # one engine: no ratio
+            # installing the recorder logged nothing into the user's notebook
+            # (distributed's "No handler ... found" traceback for a probe)
+            assert not page.locator(".jp-OutputArea-output", has_text="slimgraph").count()
+            shot(page, "notebook-submission")
 
             # a view of the slim engine in a main-area pane that it fills
             slim_dash = clients["slim"].dashboard_link.rsplit("/status", 1)[0]

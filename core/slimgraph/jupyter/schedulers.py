@@ -153,6 +153,13 @@ async def address_of(text: str) -> str:
     return text
 
 
+def has_extension(dask_scheduler: Any) -> bool:
+    """On the scheduler (``Client.run_on_scheduler``): has it slimgraph's handlers?"""
+    from slimgraph.instrument.recorder import HANDLER_PREFIX
+
+    return HANDLER_PREFIX + "status" in dask_scheduler.handlers
+
+
 class Registry:
     """The schedulers shown, and reading them (one per Jupyter server)."""
 
@@ -219,7 +226,15 @@ class Registry:
         feed = RemoteFeed(client)
         try:
             # a stock scheduler nobody measured gets the recorder; slim's
-            # preload and the dashboard's engines have it already
+            # preload and the dashboard's engines have it already. Asked
+            # first, not tried: distributed logs a call to a handler it does
+            # not have as a warning with a traceback, in the scheduler's
+            # process (a notebook's LocalCluster: red in the user's notebook)
+            has = await asyncio.wait_for(client.run_on_scheduler(has_extension), CALL_TIMEOUT_S * 3)
+            if not has:
+                from slimgraph.instrument.stock_recorder import StockRecorderPlugin
+
+                await asyncio.wait_for(client.register_plugin(StockRecorderPlugin()), 30)
             await asyncio.wait_for(feed.install(), 30)
             st = await asyncio.wait_for(feed.status(), CALL_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001
