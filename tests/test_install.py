@@ -31,7 +31,8 @@ from subprocs import Proc, dask_scheduler, free_port, get, wait_http
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP_DIRS = {".venv", ".git", "build", "dist", "test-artifacts", "__pycache__",
-             ".ipynb_checkpoints", ".pytest_cache", ".hypothesis", "dask-scratch-space"}  # fmt: skip
+             ".ipynb_checkpoints", ".pytest_cache", ".hypothesis", "dask-scratch-space",
+             "node_modules"}  # fmt: skip (node_modules: jupyterlab/'s build tools, if installed)
 
 
 def _sources(suffixes: tuple[str, ...]):
@@ -119,6 +120,37 @@ def test_wheel_installs_the_package_the_app_and_the_tile(fresh_venv, tmp_path):
     assert out["command"][0].startswith(site)  # the venv's python runs the app
     assert out["icon"] == os.path.join(out["app"], "icon.svg")
     assert out["path_info"] == "slimgraph/dashboard"
+
+
+@pytest.mark.install
+def test_the_wheel_brings_the_prebuilt_jupyterlab_extension(fresh_venv, tmp_path):
+    """``pip install`` of the wheel, with no Node.js anywhere on PATH: JupyterLab
+    lists slimgraph's extension as enabled and OK among the prebuilt ones
+    of the virtualenv, and the server extension is enabled there."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "VIRTUAL_ENV"))}
+    env["PATH"] = str(fresh_venv / "bin")
+    assert shutil.which("node", path=env["PATH"]) is None
+    py = str(fresh_venv / "bin" / "python")
+
+    def run(*args: str) -> str:
+        p = subprocess.run([py, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                           env=env)  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        return re.sub(r"\x1b\[[0-9;]*m", "", p.stdout + p.stderr)
+
+    listing = run("-m", "jupyterlab.labextensions", "list")
+    labext = fresh_venv / "share" / "jupyter" / "labextensions"
+    section = listing.split(str(labext), 1)
+    assert len(section) == 2, listing
+    lines = section[1].split("\n\n")[0]
+    assert re.search(r"^\s+slimgraph v0\.1\.0 enabled OK \(python, slimgraph\)$", lines, re.M), listing
+    assert not (labext / "slimgraph").is_symlink()  # files of the wheel, not a link to a checkout
+    pkg = json.loads((labext / "slimgraph" / "package.json").read_text())
+    assert (labext / "slimgraph" / pkg["jupyterlab"]["_build"]["load"]).is_file()
+    servers = run("-m", "jupyter_server", "extension", "list")
+    assert re.search(r"slimgraph\.jupyter\s+enabled", servers), servers
+    assert re.search(r"slimgraph\.jupyter\s+OK", servers), servers
+    assert (fresh_venv / "etc" / "jupyter" / "jupyter_server_config.d" / "slimgraph.json").is_file()
 
 
 @pytest.mark.install
