@@ -215,3 +215,47 @@ def test_staged_runs_merged_after_other_adds_as_heapset(run_orders, meanwhile, b
     while ref:
         assert idx(q.pop()) == idx(ref.pop())
     assert not q
+
+
+def test_a_big_queue_emptied_frees_what_it_held_off_the_event_loop(monkeypatch):
+    """Removal is lazy: the heap still holds every task discarded since it
+    was built. When the last one goes, the heap is handed to a worker
+    thread that empties it (slimgraph.runtime.disposal), not emptied inside
+    the discard on the loop."""
+    import asyncio
+    import sys
+    import threading
+
+    from slimgraph.runtime import disposal
+
+    drained_in: list = []
+    drain = disposal.drain_and_give_back
+
+    def recording(containers, trim):
+        drained_in.append((threading.current_thread() is threading.main_thread(), sum(map(len, containers))))
+        return drain(containers, trim)
+
+    monkeypatch.setattr(disposal, "drain_and_give_back", recording)
+
+    async def body():
+        tasks = make_tasks([(0, i % 7, i) for i in range(20_000)])
+        q = TaskQueue()
+        for ts in tasks:
+            q.add_deferred(ts)
+        q.peek()  # (the pending entries sorted into the heap)
+        probe = tasks[1234]
+        held = sys.getrefcount(probe)
+        for ts in tasks:
+            q.discard(ts)
+        del ts
+        tasks.clear()
+        assert not q and len(q._heap) == 0
+        # the heap it sat in still holds it, until the worker thread empties it
+        # (held by: ``probe``, the list ``tasks``, the queue's set and heap)
+        assert sys.getrefcount(probe) == held - 2
+        while disposal._freeing:
+            await asyncio.sleep(0.01)
+        assert sys.getrefcount(probe) == held - 3
+        assert drained_in == [(False, 20_000)]
+
+    asyncio.run(body())

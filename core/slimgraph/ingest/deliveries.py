@@ -256,33 +256,14 @@ def update_graph_hooks(state: Any, plugins: list, kwargs: dict, stack: list | No
 
 
 #: drains under way (a task nobody holds may be collected before it ran)
-_freeing: set = set()
-
-
 def free_later(box: list) -> None:
     """The big containers in ``box`` that the calls just made were the last
     to hold (a million log entries and hook arguments, once delivered):
     freed in steps in a worker thread, not in one cascade when the batch is
     dropped on the event loop (0.1-0.2 s each at 1M tasks). Containers
     something else still holds (a plugin kept its ``tasks``) are left
-    alone. Off an event loop: freed here."""
-    sole = disposal.big(*disposal.take_sole(box))
-    if not sole:
-        return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    task = loop.create_task(_drain_off_loop(sole))
-    _freeing.add(task)
-    task.add_done_callback(_freeing.discard)
-
-
-async def _drain_off_loop(containers: list) -> None:
-    try:  # (as the pipeline frees its own: the heap given back after)
-        await threads.offload(disposal.drain_and_give_back, containers, bool(config.get("trim-heap")))
-    except RuntimeError:  # the offload thread is gone (the interpreter exits)
-        containers.clear()
+    alone."""
+    disposal.free_later(disposal.big(*disposal.take_sole(box)))
 
 
 def layout_stack(tasks: list, priority: dict) -> list:

@@ -20,12 +20,16 @@ per task went from 816 to 703 bytes.
 """
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import sys
 from collections import deque
 from time import perf_counter
 from typing import Any
+
+from slimgraph import config
+from slimgraph.runtime import threads
 
 #: Most entries freed per step, and the time a step should take: a step is
 #: one C call (``del lst[-n:]``) and frees what its entries alone hold, so
@@ -135,3 +139,29 @@ def drain_and_give_back(containers: list, trim: bool) -> float:
     if trim:
         give_back()
     return longest
+
+
+_freeing: set = set()
+
+
+def free_later(containers: list) -> None:
+    """Free ``containers`` (nothing else may hold them) in steps in a worker
+    thread (:func:`drain_and_give_back`), not in one cascade on the event
+    loop where their last holder lets go. Off an event loop: dropped here."""
+    if not containers:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        containers.clear()
+        return
+    task = loop.create_task(_drain_off_loop(containers))
+    _freeing.add(task)
+    task.add_done_callback(_freeing.discard)
+
+
+async def _drain_off_loop(containers: list) -> None:
+    try:
+        await threads.offload(drain_and_give_back, containers, bool(config.get("trim-heap")))
+    except RuntimeError:  # the offload thread is gone (the interpreter exits)
+        containers.clear()
