@@ -28,7 +28,7 @@ from distributed.scheduler import validate_task_state
 
 from differential import Pair, assert_same, snapshot, wait_idle
 
-from slimgraph.runtime import loopwork
+from slimgraph.runtime import gcpause, loopwork
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -134,10 +134,14 @@ async def released_both_ways(p: Pair, op: str, args_of) -> dict:
         reports_at = len(p.reports[tag])
         sent = record_messages(s, names)
         slices_at = s.slim_work.slices if tag == "slim" else 0
+        shields_before = gcpause.shields()
         s.stream_handlers[op](**args_of(c))
         if tag == "slim":
             assert s.slim_work.busy, "the release ended within its first slice"
+            # collections meanwhile freeze first (runtime.gcpause.shield)
+            assert gcpause.shields() == shields_before + 1
             await s.slim_work.idle()
+            assert gcpause.shields() == shields_before
         out[tag] = {
             "transitions": transitions_since(s, log_at),
             "calls": rec.calls[calls_at:] if rec is not None else None,
