@@ -56,6 +56,24 @@ class Recorder(SchedulerPlugin):
         self.calls.append(("transition", key, start, finish))
 
 
+def inc(x):
+    return x + 1
+
+
+def add(*args):
+    return sum(args)
+
+
+def tree(n: int = 64) -> Any:
+    """A delayed reduction tree over ``n`` leaves, three inputs per node."""
+    from dask import delayed
+
+    xs = [delayed(inc)(i, dask_key_name=("leaf", i)) for i in range(n)]
+    while len(xs) > 1:
+        xs = [delayed(add)(*xs[i : i + 3]) for i in range(0, len(xs), 3)]
+    return xs[0]
+
+
 def dashboard_plugins(s: Scheduler) -> list:
     """The plugins dask's own dashboard registers on a scheduler when its
     Status and Graph pages are opened."""

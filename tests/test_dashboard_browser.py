@@ -29,15 +29,12 @@ import pytest
 from subprocs import Proc, dask_scheduler, free_port, wait_http
 
 # the data of a named ColumnDataSource, read in the page (the bench's own reader)
-from slimgraph.bench.browser import SOURCE_JS
+from slimgraph.bench.browser import CHROMIUM, CHROMIUM_ARGS, SOURCE_JS
 
 pytestmark = [pytest.mark.browser, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking"]  # fmt: skip
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 
 if not os.path.exists(CHROMIUM):  # pragma: no cover

@@ -20,10 +20,9 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from dask import delayed
 from dask._task_spec import Alias, DataNode, Task, TaskRef
 
-from differential import Pair, assert_same, layout, snapshot, wait_idle
+from differential import Pair, add, assert_same, inc, layout, snapshot, tree, wait_idle
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,14 +43,6 @@ def listening(request, monkeypatch):
         return
     with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
         yield request.param
-
-
-def inc(x):
-    return x + 1
-
-
-def add(*args):
-    return sum(args)
 
 
 def run(coro):
@@ -83,13 +74,6 @@ async def check(pair: Pair, make, ignore=()) -> tuple:
 
 def _df(n=200):
     return pd.DataFrame({"a": np.arange(n) % 7, "b": np.arange(n, dtype=float)})
-
-
-def tree(n=64):
-    xs = [delayed(inc)(i, dask_key_name=("leaf", i)) for i in range(n)]
-    while len(xs) > 1:
-        xs = [delayed(add)(*xs[i : i + 3]) for i in range(0, len(xs), 3)]
-    return xs[0]
 
 
 WORKLOADS = {

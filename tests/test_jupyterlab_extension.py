@@ -31,15 +31,12 @@ from pathlib import Path
 import pytest
 from subprocs import Proc, free_port, wait_http
 
-from slimgraph.bench.browser import SOURCE_JS
+from slimgraph.bench.browser import CHROMIUM, CHROMIUM_ARGS, SOURCE_JS
 
 pytestmark = [pytest.mark.browser, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking"]  # fmt: skip
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 if not os.path.exists(CHROMIUM):  # pragma: no cover

@@ -22,11 +22,10 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from dask import delayed
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.scheduler import validate_task_state
 
-from differential import Pair, assert_same, snapshot, wait_idle
+from differential import Pair, assert_same, snapshot, tree, wait_idle
 
 from slimgraph.runtime import gcpause, loopwork
 
@@ -50,25 +49,10 @@ def one_transition_slices(monkeypatch):
     monkeypatch.setattr(loopwork, "SLICE", 0.0)
 
 
-def inc(x):
-    return x + 1
-
-
-def add(*args):
-    return sum(args)
-
-
-def tree(n=81):
-    xs = [delayed(inc)(i, dask_key_name=("leaf", i)) for i in range(n)]
-    while len(xs) > 1:
-        xs = [delayed(add)(*xs[i : i + 3]) for i in range(0, len(xs), 3)]
-    return xs[0]
-
-
 GRAPHS = {
     "array-reduction": lambda: (da.ones((60, 60), chunks=6) + 1).sum(axis=0),
     "array-mean": lambda: (da.ones((40, 40), chunks=5) * 2).mean(),
-    "delayed-tree": tree,
+    "delayed-tree": lambda: tree(81),
 }
 
 
@@ -243,7 +227,7 @@ def test_a_client_closing_releases_what_it_wanted_in_slices_like_stock(one_trans
 
     async def body():
         async with Pair(n_workers=2) as p:
-            await p.submit_both(lambda c: c.compute(tree()))
+            await p.submit_both(lambda c: c.compute(tree(81)))
             for s in (p.stock, p.slim):
                 await wait_idle(s)
             await settle(p)

@@ -288,12 +288,17 @@ def test_lazy_container_bars_are_bytes():
     assert not fig.empty.visible
 
 
+def _tree(total, containers):
+    """A memory tree of ``total`` bytes, ``containers`` of them in its one part."""
+    return [{"path": "state", "parent": None, "name": "state", "bytes": total, "count": 1,
+             "bytes_per_task": 1},
+            {"path": "state/containers", "parent": "state", "name": "containers",
+             "bytes": containers, "count": 1, "bytes_per_task": 1}]  # fmt: skip
+
+
 def test_memory_trees_share_one_byte_scale():
     def tree(total):
-        return [{"path": "state", "parent": None, "name": "state", "bytes": total, "count": 1,
-                 "bytes_per_task": 1},
-                {"path": "state/containers", "parent": "state", "name": "containers",
-                 "bytes": total / 2, "count": 1, "bytes_per_task": 1}]  # fmt: skip
+        return _tree(total, total / 2)
 
     views = Views(kinds=("stock", "slim"))
     stock, slim = views.memory["stock"], views.memory["slim"]
@@ -311,10 +316,7 @@ def test_a_fitted_tree_is_drawn_at_its_own_extent():
     byte scale, which still follows the largest tree; unfitted, the tree is
     back on the shared range."""
     def tree(total):
-        return [{"path": "state", "parent": None, "name": "state", "bytes": total, "count": 1,
-                 "bytes_per_task": 1},
-                {"path": "state/containers", "parent": "state", "name": "containers",
-                 "bytes": total / 5, "count": 1, "bytes_per_task": 1}]  # fmt: skip
+        return _tree(total, total / 5)
 
     views = Views(kinds=("stock", "slim"))
     stock, slim = views.memory["stock"], views.memory["slim"]

@@ -71,20 +71,22 @@ def transitions(state: Any, recommendations: dict, stimulus_id: str) -> Iterator
     work.pending = recs
     client_msgs: dict = {}
     worker_msgs: dict = {}
-    while recs:
-        key, finish = recs.popitem()
-        keys.add(key)
-        new_recs, new_cmsgs, new_wmsgs = shim.transition(state, key, finish, stimulus_id)
-        recs.update(new_recs)
-        for c, msgs in new_cmsgs.items():
-            client_msgs.setdefault(c, []).extend(msgs)
-        for w, msgs in new_wmsgs.items():
-            worker_msgs.setdefault(w, []).extend(msgs)
-        if recs and budget.over():
-            state.send_all(client_msgs, worker_msgs)
-            client_msgs, worker_msgs = {}, {}
-            yield
-    work.pending = None
+    try:
+        while recs:
+            key, finish = recs.popitem()
+            keys.add(key)
+            new_recs, new_cmsgs, new_wmsgs = shim.transition(state, key, finish, stimulus_id)
+            recs.update(new_recs)
+            for c, msgs in new_cmsgs.items():
+                client_msgs.setdefault(c, []).extend(msgs)
+            for w, msgs in new_wmsgs.items():
+                worker_msgs.setdefault(w, []).extend(msgs)
+            if recs and budget.over():
+                state.send_all(client_msgs, worker_msgs)
+                client_msgs, worker_msgs = {}, {}
+                yield
+    finally:
+        work.pending = None
     if state.validate:
         for key in keys:
             state.validate_key(key)
