@@ -30,13 +30,16 @@ def {name}(seconds):
 """
 
 LOADS = """
-def {name}(payload, keep):
+def {name}(payload, keep, until=None):
     keep.append(pickle.loads(payload))   # one C call holding the GIL
     t = time.perf_counter()
-    while time.perf_counter() - t < 0.05:   # where the next snapshot finds it
-        sum(range(50))
+    while (time.perf_counter() - t < 0.05) if until is None else not until():
+        sum(range(50))                   # where the next snapshot finds it
 """
 # (the result is kept: freeing it in the thread would be a second long C call)
+# A pool thread lives on after its call; one that ended before the watchdog's
+# next wake-up (a loaded machine) would leave no CPU clock to read: ``until``
+# keeps it busy in its frame until the monitor has closed the block.
 
 
 @pytest.fixture(autouse=True)
@@ -85,13 +88,24 @@ def payload() -> bytes:
     return data
 
 
-def _run(coro_fn):
+def _run(coro_fn, closed: threading.Event | None = None):
+    """Run ``coro_fn`` on a loop under a LoopMonitor: the blocks it made.
+    ``closed`` is set once the monitor has closed a block of 0.1 s or more."""
     async def main():
         mon = LoopMonitor().start()
         try:
             await asyncio.sleep(0.05)
             mark = mon.mark()
-            await coro_fn()
+            if closed is None:
+                await coro_fn()
+            else:
+                task = asyncio.ensure_future(coro_fn())
+                t = time.perf_counter()
+                while not any(c.seconds >= 0.1 for c in mon.causes_since(mark)) \
+                        and time.perf_counter() - t < 30:
+                    await asyncio.sleep(0.01)
+                closed.set()
+                await task
             await asyncio.sleep(0.1)  # the watchdog closes the last block
             return mon.causes_since(mark)
         finally:
@@ -196,15 +210,16 @@ def test_a_thread_holding_the_gil_is_blamed_not_the_waiting_loop(payload, thread
     loads = _fn(LOADS, "loads", filename)
 
     keep: list = []
+    closed = threading.Event()
 
     async def block():
-        th = threading.Thread(target=loads, args=(payload, keep), name=thread_name)
+        th = threading.Thread(target=loads, args=(payload, keep, closed.is_set), name=thread_name)
         await asyncio.sleep(0.02)
         th.start()
         while th.is_alive():
             await asyncio.sleep(0.002)
 
-    causes = _run(block)
+    causes = _run(block, closed)
     long = [c for c in causes if c.seconds >= 0.1]
     assert long, causes
     c = max(long, key=lambda c: c.seconds)
