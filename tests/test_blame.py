@@ -60,6 +60,17 @@ def {name}(seconds):
 """
 
 
+#: The tests that take stack snapshots (every cause but a plain length).
+#: On CPython 3.12.0-3.12.7 and 3.13.0 the loop monitor takes none
+#: (blame.walk_is_safe: CPython issue 123967 can crash the process in the
+#: walk) and measures blocks without their causes: what
+#: test_without_snapshots_blocks_are_measured_without_causes checks there.
+needs_snapshots = pytest.mark.skipif(
+    not blame.walk_is_safe(),
+    reason="no stack snapshots on this CPython release (issue 123967): blocks have no causes here",
+)
+
+
 def _fn(src: str, name: str, filename: str, inner=None):
     ns = {"time": time, "pickle": pickle, "inner": inner}
     exec(compile(src.format(name=name), filename, "exec"), ns)
@@ -114,6 +125,7 @@ def _run(coro_fn, closed: threading.Event | None = None):
     return asyncio.run(main())
 
 
+@needs_snapshots
 @pytest.mark.parametrize("filename, name, cause, label", [
     (os.path.join(SITE, "bokeh", "server", "views", "doc_handler.py"), "get",
      "other handler", "bokeh: get"),
@@ -139,6 +151,7 @@ def test_a_callback_that_runs_long_is_blamed_on_what_it_runs(filename, name, cau
     assert c.parts[cause] >= 0.8 * c.seconds, c.parts
 
 
+@needs_snapshots
 @pytest.mark.parametrize("chain, cause, label", [
     ([HANDLE_STREAM, (os.path.join(blame._PKG, "model", "taskstate.py"), "thaw")],
      "engine", "distributed: handle_stream / slimgraph: thaw"),
@@ -169,6 +182,7 @@ def _assert_one_block(chain: list, cause: str, label: str) -> None:
     assert causes[0].label == label, causes[0]
 
 
+@needs_snapshots
 @pytest.mark.parametrize("chain, cause, label", [
     ([(os.path.join(blame._PKG, "ingest", "pipeline.py"), "_deserialize"),
       (os.path.join(SITE, "pandas", "core", "frame.py"), "DataFrame")],
@@ -191,6 +205,7 @@ def test_dasks_own_code_on_the_loop_inside_an_ingestion(chain, cause, label):
     _assert_one_block(chain, cause, label)
 
 
+@needs_snapshots
 @pytest.mark.parametrize("thread_name, filename, cause, who", [
     ("Dask-Offload_0", os.path.join(SITE, "distributed", "protocol", "pickle.py"),
      "dask's own", "thread Dask-Offload_0: distributed: loads"),
@@ -227,6 +242,7 @@ def test_a_thread_holding_the_gil_is_blamed_not_the_waiting_loop(payload, thread
     assert c.label == who, c
 
 
+@needs_snapshots
 def test_a_handler_preempted_by_a_long_call_shares_its_block_with_it(payload):
     """The loop runs a handler (a dashboard page) when another thread takes
     the GIL for one long call: the handler's frame is still on the loop's
@@ -263,6 +279,7 @@ def test_a_handler_preempted_by_a_long_call_shares_its_block_with_it(payload):
     assert c.parts.get("dask's own", 0) >= 0.5 * call, c.parts
 
 
+@needs_snapshots
 def test_a_handler_sharing_the_gil_with_a_busy_ingestion_thread_is_the_handlers_block():
     """A dashboard page built on the loop while the ingestion's thread runs
     Python code: both want the GIL and get about half each. The page takes
@@ -343,6 +360,7 @@ def test_a_loop_idle_at_the_snapshot_is_blamed_on_what_it_was_seen_running():
                           loop_seen=seen)[0] == "ingestion"
 
 
+@needs_snapshots
 def test_a_collection_is_its_own_cause():
     """A full collection is one C call on the loop: no snapshot sees it, the
     gc callback times it, and the block is the collection's, not the
@@ -383,6 +401,7 @@ def test_longest_by_cause_keeps_the_longest_of_each():
     }
 
 
+@needs_snapshots
 def test_a_record_blames_its_blocks_and_owns_the_one_it_ends_in():
     """The recorder's ``finish``: blocks of other handlers during the
     submission keep their cause; the block still running when update_graph
@@ -420,6 +439,7 @@ def test_a_record_blames_its_blocks_and_owns_the_one_it_ends_in():
 BURN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
 
+@needs_snapshots
 def test_a_loop_that_waits_for_a_cpu_is_blamed_on_the_machine():
     """The loop runs a dashboard page while three other processes burn the
     same CPU: the page's block lasts four times its work, and the loop
@@ -507,6 +527,7 @@ def test_the_run_queue_clocks_read_the_ingestion_threads_too():
         clocks.close()
 
 
+@needs_snapshots
 def test_a_snapshot_names_every_threads_frames_innermost_first_with_qualified_names():
     """The stacks come from faulthandler's walk (in C, no thread switch in
     between); the functions get their qualified names back from the
@@ -562,3 +583,27 @@ def test_an_unsafe_release_takes_snapshots_only_when_told_to(monkeypatch, policy
     monkeypatch.setattr(blame, "_SNAPSHOT_WORKS", None)
     with dask.config.set({"slimgraph.stack-snapshots": policy}):
         assert blame.snapshot_works() == taken
+
+
+def test_without_snapshots_blocks_are_measured_without_causes(monkeypatch):
+    """Where snapshots are off (an unsafe release, a failed check), the
+    monitor still measures every block's length; it names no cause rather
+    than a wrong one. Runs on every release (here with the check failed)."""
+    monkeypatch.setattr(blame, "_SNAPSHOT_WORKS", False)
+    spin = _fn(SPIN, "get", os.path.join(SITE, "bokeh", "server", "views", "doc_handler.py"))
+
+    async def main():
+        mon = LoopMonitor().start()
+        try:
+            assert not mon.blame
+            await asyncio.sleep(0.05)
+            mark = mon.mark()
+            spin(0.25)
+            await asyncio.sleep(0.25)   # the watchdog (every 0.1 s here) sees it end
+            return mon.longest_since(mark), mon.causes_since(mark)
+        finally:
+            mon.stop()
+
+    longest, causes = asyncio.run(main())
+    assert longest >= 0.2, longest
+    assert causes == []
