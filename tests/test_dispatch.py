@@ -987,16 +987,18 @@ def test_a_plugin_removed_while_ready_tasks_go_out_hears_everything_first():
     asyncio.run(body())
 
 
-@pytest.mark.parametrize("rest", [0.0, 1.0])
-def test_slices_leave_the_loop_to_other_handlers_as_long_again(rest, monkeypatch):
-    """``slimgraph.background-rest``: after each slice of ready tasks the
-    tail leaves the event loop to other handlers at least ``rest`` times as
-    long as the slice held it (another client's round trip takes a few
-    turns of the loop; with a slice in every turn, a ping took 100-200 ms
-    while a 300k-task graph's ready tasks went out), and what is sent, to
-    which worker, in which order, stays stock's. Between the slices here
-    only the test's own waiter runs, so without the rest the next slice
-    starts at the next turn."""
+@pytest.mark.parametrize("rest, others", [(0.0, False), (1.0, False), (1.0, True)],
+                         ids=["no-rest", "rest-alone", "rest-with-others"])
+def test_slices_leave_the_loop_to_other_handlers_as_long_again(rest, others, monkeypatch):
+    """``slimgraph.background-rest``: after each slice of ready tasks whose
+    next turn of the loop found other handlers' work, the executor
+    (slimgraph.runtime.loopwork) leaves the event loop to others at least
+    ``rest`` times as long as the slice held it (another client's round
+    trip takes a few turns of the loop; with a slice in every turn, a ping
+    took 100-200 ms while a 300k-task graph's ready tasks went out); with
+    nothing else to run, the next slice starts at the next turn. What is
+    sent, to which worker, in which order, stays stock's. ``others``: a
+    handler that wants the loop in every turn (0.5 ms of CPU each)."""
     import time
 
     from slimgraph.ingest import tail
@@ -1011,12 +1013,21 @@ def test_slices_leave_the_loop_to_other_handlers_as_long_again(rest, monkeypatch
 
     monkeypatch.setattr(tail.Tails, "_step", timed)
 
+    async def busy(stop):
+        while not stop.is_set():
+            t = time.thread_time()
+            while time.thread_time() - t < 0.0005:
+                pass
+            await asyncio.sleep(0)
+
     async def body():
         async with SlicedTrio((1, 2)) as t:  # (its logs keep every transition; its own submit is not used)
             msgs, _ = intercept(t.client, lambda c: c.compute(_delayed_tree(2000)))
             views = {}
             for kind, s in t.s.items():
                 counter = s.transition_counter
+                stop = asyncio.Event()
+                other = asyncio.ensure_future(busy(stop)) if others and kind != "stock" else None
                 with dask.config.set({"slimgraph.bulk-dispatch": kind != "one-by-one",
                                       "slimgraph.background-rest": rest}), _tiny_slices():  # fmt: skip
                     for msg in msgs:
@@ -1024,6 +1035,9 @@ def test_slices_leave_the_loop_to_other_handlers_as_long_again(rest, monkeypatch
                     if kind != "stock":
                         assert s.slim_tails, kind  # (the slices are still to come)
                         await s.slim_tails.wait()
+                stop.set()
+                if other is not None:
+                    await other
                 views[kind] = view(s, t.sent[kind], s.transition_counter - counter)
             _assert_same_but_log_order(views)
 
@@ -1032,7 +1046,7 @@ def test_slices_leave_the_loop_to_other_handlers_as_long_again(rest, monkeypatch
     pairs = [(a, b) for a, b in zip(spans, spans[1:]) if b[0] - a[1] < 1.0]
     assert len(pairs) > 10
     rested = [b[0] - a[1] >= rest * (a[1] - a[0]) for a, b in pairs]
-    if rest:
+    if rest and others:
         assert all(rested), [(round(b[0] - a[1], 6), round(a[1] - a[0], 6)) for a, b in pairs]
     else:  # the next slice at the next turn: mostly sooner than a slice lasts
         gaps = sorted(b[0] - a[1] for a, b in pairs)

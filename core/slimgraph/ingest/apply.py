@@ -94,7 +94,7 @@ def apply_in_place(state: Any, b: Build, plan: Plan, rec: SubmissionRecord) -> t
         earlier = bool(d)
         _transitions(state, b, plan, client_msgs, worker_msgs, owed)
         if earlier:  # behind calls still owed from a big submission: in slices
-            d.start()
+            d.start(state)
         else:  # a small submission's calls, now (as stock)
             d.flush()
         p.tasks = len(b.touched)
@@ -123,7 +123,7 @@ def commit(state: Any, b: Build, plan: Plan) -> tuple[dict, dict] | None:
         tail.tails(state).add(plan.tail)
     d = owing(state)
     if d:
-        d.start()
+        d.start(state)
     return client_msgs, worker_msgs
 
 

@@ -52,9 +52,9 @@ import time
 from collections import deque
 from typing import Any, Iterator
 
-from slimgraph import config, shim
+from slimgraph import shim
 from slimgraph.shim import cpython
-from slimgraph.runtime import disposal, loopshare, threads
+from slimgraph.runtime import disposal, loopwork
 
 logger = logging.getLogger("distributed.scheduler")
 
@@ -87,7 +87,7 @@ class Deliveries:
         #: True while an applier sends transitions itself (it queues their
         #: calls for the owed-to plugins in order)
         self.suspended = False
-        self._task: asyncio.Task | None = None
+        self._job: Any = None
         self._flushing = False
         #: key -> task forgotten while calls were owed; and the dict they
         #: are put back in while calls are made (the scheduler's tasks)
@@ -185,41 +185,47 @@ class Deliveries:
             self._flushing = False
             self._emptied()
 
-    def start(self) -> None:
-        """Deliver in slices on the running event loop (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._drain())
+    def start(self, state: Any) -> None:
+        """Deliver in slices, a background job on ``state``'s executor
+        (:mod:`slimgraph.runtime.loopwork`; idempotent)."""
+        if self._job is None:
+            self._job = self._drain()
+            loopwork.of(state).spawn(self._job)
 
-    async def _drain(self) -> None:
+    def _drain(self) -> Iterator[Any]:
+        """The job: owed calls until its slice is spent, then a turn of
+        the executor (:data:`loopwork.WAITING` while the next call waits
+        for a tail)."""
         steps = self.steps
-        while steps:
-            t0 = time.perf_counter()
-            deadline = t0 + SLICE
-            back = self._haunt()
-            waiting = False
-            try:
-                while steps and not self._flushing:
-                    step = steps[0]
-                    done = True
-                    for x in step:
-                        if x is WAIT:
-                            waiting = True
-                        if waiting or time.perf_counter() > deadline:
-                            done = False
+        try:
+            while steps:
+                deadline = time.perf_counter() + SLICE
+                back = self._haunt()
+                waiting = False
+                try:
+                    while steps and not self._flushing:
+                        step = steps[0]
+                        done = True
+                        for x in step:
+                            if x is WAIT:
+                                waiting = True
+                            if waiting or time.perf_counter() > deadline:
+                                done = False
+                                break
+                        if done:
+                            steps.popleft()
+                        else:
                             break
-                    if done:
-                        steps.popleft()
-                    else:
-                        break
-            finally:
-                self._unhaunt(back)
-            self._emptied()
-            # (the loop to others meanwhile: slimgraph.runtime.loopshare)
-            await asyncio.sleep(0.005 if waiting else loopshare.rest_after(time.perf_counter() - t0))
+                finally:
+                    self._unhaunt(back)
+                self._emptied()
+                yield loopwork.WAITING if waiting else None
+        finally:
+            self._job = None
 
     async def wait(self) -> None:
         """Until everything owed is delivered (tests)."""
-        while self.steps:
+        while self.steps or self._job is not None:
             await asyncio.sleep(0.005)
 
 

@@ -13,10 +13,12 @@ ready tasks (*hand-offs*: ready, not root-ish, no restrictions) has them
 *held* in the scheduler's queue (:func:`hold`, in the build thread). The
 commit sends those it can within ``slimgraph.dispatch-slice`` and puts the
 others in the queue. A :class:`Tail` then sends them, in the replay's
-order, one slice per event-loop turn: each slice takes the workers as they
-are now, runs distributed's own worker choice on a shadow of them for its
-tasks (:func:`slimgraph.ingest.dispatch.shadow`, here on the loop) and
-publishes them in bulk; where the shadow cannot decide (inputs on several
+order, one slice per turn of the scheduler's executor
+(:mod:`slimgraph.runtime.loopwork`; at most ``dispatch-slice`` and the
+executor's budget): each slice takes the workers as they are now,
+runs distributed's own worker choice on a shadow of them for its tasks
+(:func:`slimgraph.ingest.dispatch.shadow`, here on the loop) and publishes
+them in bulk; where the shadow cannot decide (inputs on several
 workers) distributed's own transition sends them one by one. A slice's
 length adapts to stay near ``dispatch-slice``.
 
@@ -65,7 +67,7 @@ from dask.utils import parse_timedelta
 
 from slimgraph import config, shim
 from slimgraph.ingest import dispatch, pacing
-from slimgraph.runtime import disposal, loopshare, threads
+from slimgraph.runtime import disposal, loopwork
 
 logger = logging.getLogger("distributed.scheduler")
 
@@ -309,12 +311,13 @@ class Tail:
 
 
 class Tails:
-    """The tails a scheduler still sends, oldest first, one slice per
-    event-loop turn."""
+    """The tails a scheduler still sends, oldest first: one background job
+    on the scheduler's executor (:meth:`slimgraph.runtime.loopwork.LoopWork.spawn`),
+    a slice of the oldest tail per turn."""
 
     def __init__(self) -> None:
         self.queue: deque[Tail] = deque()
-        self._task: asyncio.Task | None = None
+        self._job: Any = None
         #: slices sent so far, and the tasks they sent (all tails)
         self.slices = 0
         self.sent = 0
@@ -327,8 +330,9 @@ class Tails:
             tail.retire()
             return
         self.queue.append(tail)
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        if self._job is None:
+            self._job = self._run()
+            loopwork.of(tail.state).spawn(self._job)
 
     def _step(self, seconds: float) -> None:
         tail = self.queue[0]
@@ -345,33 +349,29 @@ class Tails:
         if tail.done:
             self.queue.popleft()
             tail.retire()
+            # its hand-off list (a tuple per task) and messages: freed in
+            # a thread, in steps
+            garbage = [tail.plan.handoffs]
+            if tail.reuse is not None:
+                garbage.append(tail.reuse.msg_at)
+            tail.reuse = None
+            disposal.free_later(garbage)
 
-    async def _run(self) -> None:
-        while self.queue:
-            tail = self.queue[0]
-            if getattr(getattr(tail.state, "status", None), "name", "running") in ("closing", "closed", "failed"):
-                for t in self.queue:
-                    t.retire()
-                self.queue.clear()
-                return
-            work = getattr(tail.state, "slim_work", None)
-            if work is not None and work.busy:
-                # a release in slices: stimuli, and this, wait for its end
-                # (slimgraph.runtime.loopwork)
-                await work.idle()
-                continue
-            t = perf_counter()
-            self._step(slice_seconds() or 0.05)
-            rest = loopshare.rest_after(perf_counter() - t)
-            if tail.done:
-                # its hand-off list (a tuple per task) and messages: freed
-                # in a thread, in steps
-                garbage = [tail.plan.handoffs]
-                if tail.reuse is not None:
-                    garbage.append(tail.reuse.msg_at)
-                tail.reuse = None
-                await threads.offload(disposal.drain_and_give_back, garbage, bool(config.get("trim-heap")))
-            await asyncio.sleep(rest)  # (the loop to others meanwhile: slimgraph.runtime.loopshare)
+    def _run(self) -> Any:
+        """The job: a slice of the oldest tail per turn of the executor."""
+        try:
+            while self.queue:
+                tail = self.queue[0]
+                if getattr(getattr(tail.state, "status", None), "name", "running") in ("closing", "closed", "failed"):
+                    for t in self.queue:
+                        t.retire()
+                    self.queue.clear()
+                    return
+                work = loopwork.of(tail.state)
+                self._step(min(slice_seconds() or 0.05, max(work.budget.left(), 0.001)))
+                yield
+        finally:
+            self._job = None
 
     def finish_now(self) -> None:
         """Send everything still owed, now (a plugin is being removed)."""
@@ -380,5 +380,5 @@ class Tails:
 
     async def wait(self) -> None:
         """Until every tail is sent (tests)."""
-        while self.queue:
+        while self.queue or self._job is not None:
             await asyncio.sleep(0.005)

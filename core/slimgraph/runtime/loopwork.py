@@ -25,8 +25,20 @@ dashboards, :data:`PASS`'s handlers, periodic callbacks such as work
 stealing's balance): stock's own state between two transitions of one
 call (see :mod:`slimgraph.life.release`).
 
+*Background* jobs (:meth:`LoopWork.spawn`) share the same slices and the
+same rests but hold nothing: each of their steps leaves a state that
+stock's own could be in, so other stimuli run between their slices. They
+are the work a staged commit leaves for after it: its ready tasks sent in
+slices (:mod:`slimgraph.ingest.tail`) and the plugin calls it owes
+(:mod:`slimgraph.ingest.deliveries`). Holding jobs go first; background
+jobs take turns, in the order they were spawned, within one slice. A
+background job that can do nothing yet (owed calls waiting for a task a
+tail has not sent) yields :data:`WAITING`; when all of them wait, the
+executor looks again a few milliseconds later.
+
 Used by :mod:`slimgraph.life.release` (a client's release or cancel of a
-big graph).
+big graph), :mod:`slimgraph.ingest.tail` and
+:mod:`slimgraph.ingest.deliveries`.
 """
 from __future__ import annotations
 
@@ -60,7 +72,13 @@ OTHERS = 0.0002
 #: ``slimgraph_`` (the instruments) pass too.
 PASS = frozenset({"keep-alive", "heartbeat-client", "heartbeat_worker", "identity"})
 
-Job = Generator[None, None, None]
+Job = Generator[Any, None, None]
+
+#: What a background job yields when its next step must wait for another
+#: job's (see the module docstring)
+WAITING = object()
+#: How long the executor sleeps when every background job is waiting (seconds)
+RECHECK = 0.005
 
 
 class Budget:
@@ -77,6 +95,10 @@ class Budget:
     def over(self) -> bool:
         return perf_counter() > self.deadline
 
+    def left(self) -> float:
+        """Seconds left in this slice (never negative)."""
+        return max(0.0, self.deadline - perf_counter())
+
 
 class LoopWork:
     """A scheduler's jobs in progress, and the stimuli held behind them."""
@@ -85,6 +107,8 @@ class LoopWork:
         self.budget = Budget()
         self.jobs: deque = deque()
         self.held: deque = deque()
+        #: background jobs (:meth:`spawn`), oldest first
+        self.background: deque = deque()
         self._waiters: list = []
         self._task: Any = None
         self._running = False
@@ -125,11 +149,42 @@ class LoopWork:
                 self._shielded = True
             self._start()
 
+    def spawn(self, job: Job) -> None:
+        """Run ``job`` in the background: slices on the loop, after the
+        holding jobs, nothing held meanwhile (see the module docstring)."""
+        self.background.append(job)
+        self._start()
+
     def finish_now(self) -> None:
         """Run every job and held stimulus to the end, now (before something
         that must find their work done, such as a plugin's removal)."""
         while self.busy:
             self._slice(first=False, budget=False)
+
+    def _background_slice(self) -> bool:
+        """One slice of the background jobs, each in turn while the budget
+        lasts. Whether any of them did something (False: all waiting)."""
+        self.budget.start()
+        jobs = self.background
+        did = False
+        for _ in range(len(jobs)):
+            job = jobs[0]
+            try:
+                got = next(job)
+            except StopIteration:
+                jobs.popleft()
+                did = True
+                continue
+            except Exception:
+                jobs.popleft()
+                logger.exception("slimgraph: a background job on the event loop failed")
+                continue
+            jobs.rotate(-1)
+            if got is not WAITING:
+                did = True
+            if self.budget.over():
+                break
+        return did
 
     # ------------------------------------------------------------------
     def _slice(self, first: bool, budget: bool = True) -> None:
@@ -178,11 +233,15 @@ class LoopWork:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        while self.busy:
+        while self.busy or self.background:
             t0 = perf_counter()
-            if self.between is not None:
-                self.between()
-            self._slice(first=False)
+            if self.busy:
+                if self.between is not None:
+                    self.between()
+                self._slice(first=False)
+            elif not self._background_slice():
+                await asyncio.sleep(RECHECK)
+                continue
             took = perf_counter() - t0
             # one turn of the loop to whatever is ready; where something was
             # (a round trip needs a few turns), a rest as long as the slice
@@ -266,12 +325,21 @@ class Handlers(dict):
         return work.holding_rpc(fn) if self.rpc else work.holding_stream(fn)
 
 
+def of(state: Any) -> LoopWork:
+    """``state``'s executor: a slim scheduler's ``slim_work``; a state
+    without handler tables (an offline scheduler, the state machine's
+    bench) gets one on first use, holding nothing since nothing reaches it
+    through a table."""
+    work = getattr(state, "slim_work", None)
+    if work is None:
+        work = state.slim_work = LoopWork()
+    return work
+
+
 def attach(scheduler: Any) -> LoopWork:
     """Give ``scheduler`` its :class:`LoopWork` and holding handler tables
     (once; handlers added later, by extensions, are held too)."""
-    work = getattr(scheduler, "slim_work", None)
-    if work is None:
-        work = scheduler.slim_work = LoopWork()
+    work = of(scheduler)
     if not isinstance(scheduler.handlers, Handlers):
         scheduler.handlers = Handlers(scheduler.handlers, work, rpc=True)
     if not isinstance(scheduler.stream_handlers, Handlers):
