@@ -135,6 +135,23 @@ def _flamegraph_download(kind: str, html: str, job_id: int) -> pn.widgets.FileDo
     )  # fmt: skip
 
 
+def _life_download(job: Job, kinds: list) -> pn.widgets.FileDownload:
+    """A download of a job's whole-life records and the figures the page
+    shows of them (per engine: ``{"records": LifeRecords.to_dict(),
+    "figures": life_figures(records)}``), as ``bench --mode life`` keeps its own."""
+    import json
+
+    name = f"slimgraph-life-job{job.id}.json"
+    path = os.path.join(tempfile.mkdtemp(prefix="slimgraph-life-"), name)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"job": job.id, "how_far": job.how_far,
+                   **{k: {"records": job.life[k].to_dict(), "figures": job.results[k]["life"]} for k in kinds}}, f)
+    return pn.widgets.FileDownload(
+        file=path, filename=name, embed=False, label=f"whole-life records (JSON, job {job.id})",
+        css_classes=["sg-life-records"], sizing_mode="stretch_width",
+    )  # fmt: skip
+
+
 class RssView:
     """RSS of each scheduler process (one named source per engine), ingestions shaded."""
 
@@ -186,6 +203,80 @@ class RssView:
         if self.blank.data["time"]:
             self.blank.data = {"time": [], "mb": []}
             self.waiting.visible = False
+
+
+class CpuView:
+    """Each scheduler process's CPU use (read by pid, % of one core) on the
+    RSS chart's time axis, with the jobs' stages shaded: stock's in the upper
+    half of the chart, slim's in the lower (hover: engine, job, stage)."""
+
+    def __init__(self, kinds: tuple[str, ...], x_range) -> None:
+        from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, Range1d, Title
+        from bokeh.plotting import figure
+
+        self.kinds = kinds
+        self.sources = {k: ColumnDataSource({"time": [], "cpu": []}, name=f"sg-cpu-{k}") for k in kinds}
+        self.stages = ColumnDataSource({"left": [], "right": [], "bottom": [], "top": [], "kind": [], "stage": [],
+                                        "job": [], "color": []}, name="sg-stages")  # fmt: skip
+        fig = figure(title=Title(text="CPU of each scheduler process, % of one core (shaded: the jobs' "
+                                      "stages; stock above, slim below)"),
+                     x_axis_type="datetime", y_axis_label="% CPU", height=220, sizing_mode="stretch_width",
+                     name="sg-cpu-figure", x_range=x_range, y_range=DataRange1d(start=0),
+                     tools="xpan,xwheel_zoom,reset,save", toolbar_location="right")  # fmt: skip
+        # the stages on a 0..1 range of their own: each engine's half of the
+        # chart whatever the CPU axis spans
+        fig.extra_y_ranges = {"stages": Range1d(0, 1)}
+        shades = fig.quad(left="left", right="right", bottom="bottom", top="top", source=self.stages,
+                          y_range_name="stages", fill_color="color", fill_alpha=0.8, line_alpha=0)  # fmt: skip
+        lines = [fig.line("time", "cpu", source=self.sources[k], color=ENGINE_COLORS.get(k, "black"),
+                          line_width=2, legend_label=f"{k} scheduler") for k in kinds]  # fmt: skip
+        # (the RSS chart's stand-in, for the same reason: see RssView)
+        now = time.time() * 1000
+        self.blank = ColumnDataSource({"time": [now - 60_000, now], "cpu": [0.0, 100.0]}, name="sg-cpu-blank")
+        blank = fig.line("time", "cpu", source=self.blank, line_alpha=0)
+        fig.legend.location = "top_left"
+        fig.y_range.only_visible = True
+        fig.y_range.renderers = [*lines, blank]
+        fig.xaxis.formatter = _time_formatter()
+        fig.xaxis.ticker.desired_num_ticks = 6
+        fig.add_tools(HoverTool(tooltips=[("CPU", "@cpu{0} %")], mode="vline", renderers=lines))
+        fig.add_tools(HoverTool(tooltips=[("engine", "@kind"), ("job", "@job"), ("stage", "@stage")],
+                                renderers=[shades]))  # fmt: skip
+        self.waiting = waiting_label(fig, "waiting for the engines' first CPU reading")
+        self.figure = lean(fig)
+
+    def extend(self, kind: str, points: list) -> None:
+        """Stream ``(time ms, % CPU)`` points of ``kind`` (a document callback)."""
+        if not points:
+            return
+        self.sources[kind].stream({"time": [p[0] for p in points], "cpu": [p[1] for p in points]}, 3000)
+        if self.blank.data["time"]:
+            self.blank.data = {"time": [], "cpu": []}
+            self.waiting.visible = False
+
+    def show_stages(self, jobs: list) -> None:
+        """Shade the stages of ``jobs`` (a stage still running up to now)."""
+        from slimgraph.instrument.stages import STAGE_LABELS
+        from slimgraph.views.palette import STAGE_COLORS
+
+        now = time.time()
+        rows: dict[str, list] = {c: [] for c in self.stages.data}
+        for job in jobs:
+            for k, life in list(job.life.items()):
+                half = (0.5, 1.0) if k == "stock" or len(self.kinds) == 1 else (0.0, 0.5)
+                for stage, (a, b) in list(life.bounds.items()):
+                    if a is None:
+                        continue
+                    rows["left"].append(a * 1000)
+                    rows["right"].append((now if b is None else b) * 1000)
+                    rows["bottom"].append(half[0])
+                    rows["top"].append(half[1])
+                    rows["kind"].append(k)
+                    rows["stage"].append(STAGE_LABELS[stage])
+                    rows["job"].append(job.label)
+                    rows["color"].append(STAGE_COLORS[stage])
+        if rows != self.stages.data:
+            self.stages.data = rows
 
 
 class BlocksView:
@@ -264,6 +355,9 @@ class App:
         #: since building the page's Bokeh models is most of a page load
         self.views: Views | None = None
         self.rss: RssView | None = None
+        self.cpu: CpuView | None = None
+        self._cpu_seq = dict.fromkeys(self.kinds, 0)
+        self._cpu_last = dict.fromkeys(self.kinds, 0.0)
         self._seen = dict.fromkeys(self.kinds, 0)
         self._rss_seq = dict.fromkeys(self.kinds, 0)
         self._rss_last = dict.fromkeys(self.kinds, 0.0)
@@ -305,6 +399,11 @@ class App:
             pn.widgets.CheckBoxGroup, name="Submission options", options=[OPT_LAZY, OPT_INGEST, OPT_MEMRAY], value=[OPT_LAZY],
             inline=False, sizing_mode="stretch_width",
         )  # fmt: skip
+        # how far a computed job goes: to the end, or cancelled N s after its
+        # ingestion (as ``bench --mode life --compute-seconds N``)
+        self.cancel_after = pn.widgets.TextInput(label="Cancel after N s (empty: to the end)",
+                                                 value="", placeholder="to the end", sizing_mode="stretch_width")
+        self.options.param.watch(lambda e: setattr(self.cancel_after, "disabled", OPT_INGEST in e.new), "value")
         self.submit = _widget(pn.widgets.Button, label="Submit", button_type="primary")
         self.cancel = pn.widgets.Button(label="Cancel", disabled=True)
         self.submit.on_click(self._on_submit)
@@ -324,7 +423,8 @@ class App:
             note = ("Each engine is a scheduler process of its own with its workers, "
                     "started by this app.")  # fmt: skip
         note += ("<br>Options: <i>lazy containers</i> = the slimgraph.lazy-containers setting; "
-                 "<i>ingest only</i> releases the graph after update_graph (no compute); "
+                 "<i>ingest only</i> releases the graph after update_graph (no compute); otherwise it is "
+                 "computed to the end, or cancelled the seconds given after its ingestion; "
                  "<i>memray</i> captures the scheduler's update_graph (peak, top sites, flamegraph download).")
         self.mode_note = pn.pane.HTML(f"<small>{note}</small>", sizing_mode="stretch_width")
         self.summary = pn.pane.HTML(
@@ -363,6 +463,7 @@ class App:
         # tab is first shown (_blocks_card, _census_card)
         self.views = Views(kinds=self.kinds, sizing_mode="stretch_width", rss=False, census=False)
         self.rss = RssView(self.kinds)
+        self.cpu = CpuView(self.kinds, self.rss.figure.x_range)
         self._style_figures()
 
     def _style_figures(self) -> None:
@@ -414,7 +515,7 @@ class App:
             self.mode_note, self.workload, self.size, self.tasks,
             pn.pane.HTML("<div style='font-size:13px'>Scheduler (engine)</div>", margin=(5, 10, 0, 10),
                          visible=not self.mgr.remote),
-            self.kind, self.options, pn.Row(self.submit, self.cancel), self.progress,
+            self.kind, self.options, self.cancel_after, pn.Row(self.submit, self.cancel), self.progress,
             self.job_status, self.downloads, self.engine_status, sizing_mode="stretch_width",
         )  # fmt: skip
         self.cards = [
@@ -483,7 +584,9 @@ class App:
                     _figure_row([self.views.memory[k].figure for k in self.kinds]),
                     self.memory_note, self.memory_table,
                     pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
-                    title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip
+                    pn.pane.Bokeh(self.cpu.figure, sizing_mode="stretch_width"),
+                    title="Scheduler memory (trees drawn to one byte scale) and CPU",
+                    sizing_mode="stretch_width"),  # fmt: skip
             # made when first rendered (in the page: when their tab is first shown)
             # (ParamFunction takes functions, not bound methods)
             pn.param.ParamFunction(lambda: self._blocks_card(), lazy=True, sizing_mode="stretch_width"),
@@ -605,6 +708,18 @@ class App:
             raise ValueError(f"the task count must be a positive whole number, not {self.tasks.value!r}") from None
         return workloads.validate_tasks(n)
 
+    def _parse_cancel_after(self) -> float | None:
+        text = self.cancel_after.value.strip()
+        if not text or OPT_INGEST in self.options.value:
+            return None
+        try:
+            secs = float(text)
+        except ValueError:
+            secs = -1.0
+        if not secs >= 0 or secs == float("inf"):
+            raise ValueError(f"cancel after a number of seconds (0 or more), not {text!r}")
+        return secs
+
     def _on_submit(self, event=None) -> Job | None:
         job = current_job()
         if job is not None and job.running:
@@ -624,7 +739,7 @@ class App:
             tasks = self._parse_tasks()
             job = Job(self.mgr, self.workload.value, tasks, kinds, lazy=OPT_LAZY in self.options.value,
                       memray=OPT_MEMRAY in self.options.value, ingest_only=OPT_INGEST in self.options.value,
-                      poller=self.poll)  # fmt: skip
+                      poller=self.poll, cancel_after=self._parse_cancel_after())  # fmt: skip
         except ValueError as e:
             self._say(f"<b class='sg-error'>Cannot submit</b>: {e}")
             return None
@@ -662,7 +777,7 @@ class App:
             if e.address:
                 bits.append(f"<code class='sg-address' data-kind='{kind}'>{e.address}</code>")
             if e.pid:
-                bits.append(f"pid {e.pid}")
+                bits.append(f"<span class='sg-pid' data-kind='{kind}'>pid {e.pid}</span>")
             if snap is not None and snap.rss:
                 bits.append(f"RSS {snap.rss[-1][1]:,.0f} MiB")
             if snap is not None and snap.status:
@@ -716,13 +831,16 @@ class App:
         strip = summary.strip_html(job, figs, job.kinds)
         if self.summary.object != strip:
             self.summary.object = strip
-        key = (job.id, f"{sorted(job.flamegraphs)}{sorted(job.memray_summaries)}{sorted(job.memray_errors)}")
+        lived = sorted(k for k in job.kinds if "life" in job.results[k])
+        key = (job.id, f"{sorted(job.flamegraphs)}{sorted(job.memray_summaries)}{sorted(job.memray_errors)}{lived}")
         if key != self._shown_job:
             self._shown_job = key
             items = [pn.pane.HTML(summary.memray_html(k, job.id, summ), sizing_mode="stretch_width")
                      for k, summ in job.memray_summaries.items()]  # fmt: skip
             items += [_flamegraph_download(k, html, job.id) for k, html in job.flamegraphs.items()]
             items += [pn.pane.HTML(f"<small>memray ({k}): {err}</small>") for k, err in job.memray_errors.items()]
+            if lived and not job.running:
+                items.append(_life_download(job, lived))
             self.downloads.objects = items
 
     def _render_history(self) -> None:
@@ -746,6 +864,7 @@ class App:
         labels = dict(self.poll.book.labels)
         trees = {}
         self._render_live_shade()
+        self.cpu.show_stages(jobs()[-20:])
         for k in self.kinds:
             snap = self.poll.engines.get(k)
             if snap is None:
@@ -765,6 +884,12 @@ class App:
                 if pts:
                     self._rss_last[k] = pts[-1][0]
                     self.rss.extend(k, pts)
+            if snap.cpu_seq != self._cpu_seq[k]:
+                self._cpu_seq[k] = snap.cpu_seq
+                pts = [p for p in list(snap.cpu) if p[0] > self._cpu_last[k]]
+                if pts:
+                    self._cpu_last[k] = pts[-1][0]
+                    self.cpu.extend(k, pts)
             if self.blocks is not None and snap.blocks_seq != self._blocks_seq[k]:
                 self._blocks_seq[k] = snap.blocks_seq
                 new_blocks = [b for b in list(snap.blocks) if b["wall_end"] > self._blocks_last[k]]
