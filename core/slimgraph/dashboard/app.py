@@ -432,7 +432,7 @@ class App:
             "Its figures appear here, stock beside slim.</i></div>",
             sizing_mode="stretch_width", stylesheets=[summary.SUMMARY_CSS],
         )  # fmt: skip
-        # ~30 columns (per engine, and their ratios) are wider than any
+        # ~60 columns (per engine, and their ratios) are wider than any
         # window: the table scrolls sideways inside its card (never the
         # page), the job column frozen, and says so (headless Chromium and
         # overlay scrollbars show no scrollbar: columns just end at its edge)

@@ -161,6 +161,9 @@ class Job:
         self._cancel = threading.Event()
         self._futures: dict[str, Any] = {}
         self._samplers: dict[str, Any] = {}
+        #: engines whose future Cancel cancelled before their run began
+        #: (their cancelled tasks are forgotten: what completed is unknown)
+        self._cancelled_early: set[str] = set()
         self._threads = [threading.Thread(target=self._run_one_safe, args=(k,),
                                           name=f"slimgraph-job-{self.id}-{k}", daemon=True)
                          for k in self.kinds]  # fmt: skip
@@ -231,6 +234,7 @@ class Job:
         for kind, fut in list(self._futures.items()):
             if self.phases.get(kind) == "computing":
                 continue
+            self._cancelled_early.add(kind)
             try:
                 fut.cancel()
             except Exception:  # noqa: BLE001
@@ -382,7 +386,8 @@ class Job:
         if life is not None:
             life.bounds["run"][1] = time.time()
             try:  # (before a cancel: a cancelled task is forgotten, as a done one is)
-                life.completed = completed(life.tasks, feed.sync(feed.status, timeout=60)["states"])
+                if kind not in self._cancelled_early:
+                    life.completed = completed(life.tasks, feed.sync(feed.status, timeout=60)["states"])
             except Exception as ex:  # noqa: BLE001
                 res["life_error"] = f"{type(ex).__name__}: {ex}"
             life.bounds["release"] = [time.time(), None]
