@@ -611,6 +611,15 @@ def test_empty_app_charts_set_their_ranges(web):
     assert cpu.blank.data["time"] == [] and not cpu.waiting.visible
 
 
+def _open_launched(page, url: str, height: int) -> list[str]:
+    """Open the app 1,440 px wide; the list its console warnings and errors go to."""
+    messages: list[str] = []
+    page.on("console", lambda m: m.type in ("warning", "error") and messages.append(m.text))
+    page.set_viewport_size({"width": 1440, "height": height})
+    page.goto(url)
+    return messages
+
+
 @pytest.mark.timeout(300)
 def test_launch_page_is_clean_fits_every_width_and_fits_a_tree(web, launched):
     """The main job's page over a load and a small job (opened while the
@@ -619,11 +628,7 @@ def test_launch_page_is_clean_fits_every_width_and_fits_a_tree(web, launched):
     and tables do not overlap, and the memory table's columns fit; the
     "fit" toggle draws slim's tree at its own extent and back."""
     page, watch = web
-    url, _ = launched
-    messages: list[str] = []
-    page.on("console", lambda m: m.type in ("warning", "error") and messages.append(m.text))
-    page.set_viewport_size({"width": 1440, "height": 1100})
-    page.goto(url)
+    messages = _open_launched(page, launched[0], 1100)
     wait_model(page, "sg-memory-figure-stock")
     kinds = engines_running(page)
     page.locator("select").nth(1).select_option("1k")
@@ -695,6 +700,20 @@ def test_launch_page_is_clean_fits_every_width_and_fits_a_tree(web, launched):
     assert_clean(watch)
 
 
+def _submit_and_wait(page, size: str) -> str:
+    """Submit (an array job of ``size``, as the launcher shows it); the
+    job's id once it is done."""
+    # (an earlier test's job may be the latest until this one's is shown)
+    earlier = page.locator(".sg-summary[data-job]")
+    earlier = earlier.first.get_attribute("data-job") if earlier.count() else None
+    page.get_by_role("button", name="Submit").click()
+    job = page.locator(".sg-summary[data-job]" + (f":not([data-job='{earlier}'])" if earlier else "")).first
+    job.wait_for(timeout=30_000)
+    job_id = job.get_attribute("data-job")
+    page.get_by_text(re.compile(rf"job {job_id} \(array {re.escape(size)}\).*: done")).first.wait_for(timeout=240_000)
+    return job_id
+
+
 @pytest.mark.timeout(600)
 def test_launch_both_engines_summary_equals_records(web, launched):
     """Submit on both engines at once; the summary strip's figures are the
@@ -722,14 +741,7 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     page.get_by_role("button", name="both" if len(kinds) == 2 else "stock").click()
     page.get_by_role("checkbox", name=re.compile("memray")).check()
     page.get_by_role("checkbox", name=re.compile("ingest only")).check()
-    # (an earlier test's job may be the latest until this one's is shown)
-    earlier = page.locator(".sg-summary[data-job]")
-    earlier = earlier.first.get_attribute("data-job") if earlier.count() else None
-    page.get_by_role("button", name="Submit").click()
-    job = page.locator(".sg-summary[data-job]" + (f":not([data-job='{earlier}'])" if earlier else "")).first
-    job.wait_for(timeout=30_000)
-    job_id = job.get_attribute("data-job")
-    page.get_by_text(re.compile(rf"job {job_id} \(array 1.5k\).*: done")).first.wait_for(timeout=240_000)
+    job_id = _submit_and_wait(page, "1.5k")
     page.wait_for_timeout(1500)  # one more refresh after the end
     # the job history got its row in the columns it was sent before it had
     # any (new column models while pages load break reloads: App._memory_frame)
@@ -862,14 +874,7 @@ def _submit_life(page, preset: str, cancel_after: str, kinds) -> str:
     box.fill(cancel_after)
     box.press("Enter")
     page.get_by_role("button", name="both" if len(kinds) == 2 else "stock", exact=True).click()
-    earlier = page.locator(".sg-summary[data-job]")
-    earlier = earlier.first.get_attribute("data-job") if earlier.count() else None
-    page.get_by_role("button", name="Submit").click()
-    job = page.locator(".sg-summary[data-job]" + (f":not([data-job='{earlier}'])" if earlier else "")).first
-    job.wait_for(timeout=30_000)
-    job_id = job.get_attribute("data-job")
-    page.get_by_text(re.compile(rf"job {job_id} \(array {preset}\).*: done")).first.wait_for(timeout=240_000)
-    return job_id
+    return _submit_and_wait(page, preset)
 
 
 @pytest.mark.timeout(600)
@@ -894,11 +899,7 @@ def test_launch_whole_life_to_the_end_and_cancelled(web, launched):
     from slimgraph.instrument.stages import STAGE_LABELS, LifeRecords, life_figures
 
     page, watch = web
-    url, _ = launched
-    messages: list[str] = []
-    page.on("console", lambda m: m.type in ("warning", "error") and messages.append(m.text))
-    page.set_viewport_size({"width": 1440, "height": 1300})
-    page.goto(url)
+    messages = _open_launched(page, launched[0], 1300)
     kinds = engines_running(page)
     wait_model(page, "sg-cpu-figure")
     pids = {k: int(page.locator(f".sg-pid[data-kind='{k}']").first.inner_text().split()[-1]) for k in kinds}

@@ -152,14 +152,59 @@ def _life_download(job: Job, kinds: list) -> pn.widgets.FileDownload:
     )  # fmt: skip
 
 
-class RssView:
+class _EngineSeries:
+    """One line per scheduler process (a named source per engine,
+    ``{"time": ms, Y: ...}``) on a datetime axis, and what its ranges span
+    before the first point."""
+
+    #: the series' column
+    Y = ""
+
+    def _series(self, fig, kinds: tuple[str, ...], name: str, top: float, hover: tuple, waiting: str) -> list:
+        from bokeh.models import ColumnDataSource, HoverTool
+
+        y = self.Y
+        self.sources = {k: ColumnDataSource({"time": [], y: []}, name=f"{name}-{k}") for k in kinds}
+        lines = [fig.line("time", y, source=self.sources[k], color=ENGINE_COLORS.get(k, "black"),
+                          line_width=2, legend_label=f"{k} scheduler") for k in kinds]  # fmt: skip
+        # What the automatic ranges span before the first point: the minute
+        # before the page was made, 0 to ``top``, drawn by an invisible
+        # line. Over empty sources alone both ranges are NaN, and BokehJS
+        # warns "could not set initial ranges" at every paint (and draws no
+        # axes) until the engines answer (the charts share the x range).
+        # :meth:`extend` empties it at the first point: from then on the
+        # ranges follow the data alone (pan, zoom and reset as before).
+        now = time.time() * 1000
+        self.blank = ColumnDataSource({"time": [now - 60_000, now], y: [0.0, top]}, name=f"{name}-blank")
+        blank = fig.line("time", y, source=self.blank, line_alpha=0)
+        fig.y_range.only_visible = True
+        fig.y_range.renderers = [*lines, blank]
+        fig.xaxis.formatter = _time_formatter()
+        fig.xaxis.ticker.desired_num_ticks = 6
+        fig.add_tools(HoverTool(tooltips=[hover], mode="vline", renderers=lines))
+        self.waiting = waiting_label(fig, waiting)
+        return lines
+
+    def extend(self, kind: str, points: list) -> None:
+        """Stream ``(time ms, value)`` points of ``kind`` (a document
+        callback); the first empties the stand-in range (see ``_series``)."""
+        if not points:
+            return
+        self.sources[kind].stream({"time": [p[0] for p in points], self.Y: [p[1] for p in points]}, 3000)
+        if self.blank.data["time"]:
+            self.blank.data = {"time": [], self.Y: []}
+            self.waiting.visible = False
+
+
+class RssView(_EngineSeries):
     """RSS of each scheduler process (one named source per engine), ingestions shaded."""
 
+    Y = "mb"
+
     def __init__(self, kinds: tuple[str, ...]):
-        from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, Title
+        from bokeh.models import ColumnDataSource, DataRange1d, Title
         from bokeh.plotting import figure
 
-        self.sources = {k: ColumnDataSource({"time": [], "mb": []}, name=f"sg-rss-{k}") for k in kinds}
         self.shade = ColumnDataSource({"left": [], "right": [], "kind": [], "color": []}, name="sg-ingestions")
         #: ingestions still running (from their start to the latest answer),
         #: replaced on every refresh; a finished one moves to ``shade``
@@ -172,54 +217,27 @@ class RssView:
         for src in (self.shade, self.live):
             fig.quad(left="left", right="right", bottom=0, top=1e9, source=src,
                      fill_color="color", fill_alpha=0.12, line_alpha=0)  # fmt: skip
-        lines = [fig.line("time", "mb", source=self.sources[k], color=ENGINE_COLORS.get(k, "black"),
-                          line_width=2, legend_label=f"{k} scheduler") for k in kinds]  # fmt: skip
-        # What the automatic ranges span before the first RSS sample: the
-        # minute before the page was made, 0 to 100 MiB, drawn by an
-        # invisible line. Over empty sources alone both ranges are NaN, and
-        # BokehJS warns "could not set initial ranges" at every paint (and
-        # draws no axes) until the engines answer (the blocks chart shares
-        # the x range). :meth:`extend` empties it at the first sample: from
-        # then on the ranges follow the data alone (pan, zoom and reset as
-        # before).
-        now = time.time() * 1000
-        self.blank = ColumnDataSource({"time": [now - 60_000, now], "mb": [0.0, 100.0]}, name="sg-rss-blank")
-        blank = fig.line("time", "mb", source=self.blank, line_alpha=0)
+        self._series(fig, kinds, "sg-rss", 100.0, ("MiB", "@mb{0.0}"), "waiting for the engines' first RSS sample")
         fig.legend.location = "top_left"
-        fig.y_range.only_visible = True
-        fig.y_range.renderers = [*lines, blank]
-        fig.xaxis.formatter = _time_formatter()
-        fig.xaxis.ticker.desired_num_ticks = 6
-        fig.add_tools(HoverTool(tooltips=[("MiB", "@mb{0.0}")], mode="vline", renderers=lines))
-        self.waiting = waiting_label(fig, "waiting for the engines' first RSS sample")
         self.figure = lean(fig)
 
-    def extend(self, kind: str, points: list) -> None:
-        """Stream ``(time ms, MiB)`` points of ``kind`` (a document callback);
-        the first empties the stand-in range (see ``__init__``)."""
-        if not points:
-            return
-        self.sources[kind].stream({"time": [p[0] for p in points], "mb": [p[1] for p in points]}, 3000)
-        if self.blank.data["time"]:
-            self.blank.data = {"time": [], "mb": []}
-            self.waiting.visible = False
 
-
-class CpuView:
+class CpuView(_EngineSeries):
     """Each scheduler process's CPU use (read by pid, % of one core) on the
     RSS chart's time axis, with the jobs' stages shaded: stock's in the upper
     half of the chart, slim's in the lower (hover: engine, job, stage)."""
+
+    Y = "cpu"
 
     def __init__(self, kinds: tuple[str, ...], x_range) -> None:
         from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, Range1d, Title
         from bokeh.plotting import figure
 
         self.kinds = kinds
-        self.sources = {k: ColumnDataSource({"time": [], "cpu": []}, name=f"sg-cpu-{k}") for k in kinds}
         self.stages = ColumnDataSource({"left": [], "right": [], "bottom": [], "top": [], "kind": [], "stage": [],
                                         "job": [], "color": []}, name="sg-stages")  # fmt: skip
         fig = figure(title=Title(text="CPU of each scheduler process, % of one core (shaded: the jobs' "
-                                      "stages; stock above, slim below)"),
+                                      "stages, stock's above, slim's below)"),
                      x_axis_type="datetime", y_axis_label="% CPU", height=220, sizing_mode="stretch_width",
                      name="sg-cpu-figure", x_range=x_range, y_range=DataRange1d(start=0),
                      tools="xpan,xwheel_zoom,reset,save", toolbar_location="right")  # fmt: skip
@@ -227,32 +245,19 @@ class CpuView:
         # chart whatever the CPU axis spans
         fig.extra_y_ranges = {"stages": Range1d(0, 1)}
         shades = fig.quad(left="left", right="right", bottom="bottom", top="top", source=self.stages,
-                          y_range_name="stages", fill_color="color", fill_alpha=0.8, line_alpha=0)  # fmt: skip
-        lines = [fig.line("time", "cpu", source=self.sources[k], color=ENGINE_COLORS.get(k, "black"),
-                          line_width=2, legend_label=f"{k} scheduler") for k in kinds]  # fmt: skip
-        # (the RSS chart's stand-in, for the same reason: see RssView)
-        now = time.time() * 1000
-        self.blank = ColumnDataSource({"time": [now - 60_000, now], "cpu": [0.0, 100.0]}, name="sg-cpu-blank")
-        blank = fig.line("time", "cpu", source=self.blank, line_alpha=0)
-        fig.legend.location = "top_left"
-        fig.y_range.only_visible = True
-        fig.y_range.renderers = [*lines, blank]
-        fig.xaxis.formatter = _time_formatter()
-        fig.xaxis.ticker.desired_num_ticks = 6
-        fig.add_tools(HoverTool(tooltips=[("CPU", "@cpu{0} %")], mode="vline", renderers=lines))
+                          y_range_name="stages", fill_color="color", fill_alpha=0.8, line_alpha=0,
+                          legend_field="stage")  # fmt: skip
+        self._series(fig, kinds, "sg-cpu", 100.0, ("CPU", "@cpu{0} %"), "waiting for the engines' first CPU reading")
+        # the legend (engines, then the stages shaded) below the plot: inside,
+        # it covered the first seconds of the lines
+        legend = fig.legend[0]
+        fig.add_layout(legend, "below")
+        legend.orientation = "horizontal"
+        legend.location = "center"
+        legend.label_text_font_size = "8pt"
         fig.add_tools(HoverTool(tooltips=[("engine", "@kind"), ("job", "@job"), ("stage", "@stage")],
                                 renderers=[shades]))  # fmt: skip
-        self.waiting = waiting_label(fig, "waiting for the engines' first CPU reading")
         self.figure = lean(fig)
-
-    def extend(self, kind: str, points: list) -> None:
-        """Stream ``(time ms, % CPU)`` points of ``kind`` (a document callback)."""
-        if not points:
-            return
-        self.sources[kind].stream({"time": [p[0] for p in points], "cpu": [p[1] for p in points]}, 3000)
-        if self.blank.data["time"]:
-            self.blank.data = {"time": [], "cpu": []}
-            self.waiting.visible = False
 
     def show_stages(self, jobs: list) -> None:
         """Shade the stages of ``jobs`` (a stage still running up to now)."""
@@ -356,11 +361,11 @@ class App:
         self.views: Views | None = None
         self.rss: RssView | None = None
         self.cpu: CpuView | None = None
-        self._cpu_seq = dict.fromkeys(self.kinds, 0)
-        self._cpu_last = dict.fromkeys(self.kinds, 0.0)
         self._seen = dict.fromkeys(self.kinds, 0)
-        self._rss_seq = dict.fromkeys(self.kinds, 0)
-        self._rss_last = dict.fromkeys(self.kinds, 0.0)
+        #: per (series, kind): the poller's count of its points, and the
+        #: time of the last one drawn (series "rss" and "cpu")
+        self._series_seq = {(s, k): 0 for s in ("rss", "cpu") for k in self.kinds}
+        self._series_last = {(s, k): 0.0 for s in ("rss", "cpu") for k in self.kinds}
         self._blocks_seq = dict.fromkeys(self.kinds, 0)
         self._blocks_last = dict.fromkeys(self.kinds, 0.0)
         self.blocks: BlocksView | None = None
@@ -878,18 +883,14 @@ class App:
                                        "right": [(r.start + r.total_s) * 1000 for _, r in new],
                                        "kind": [k] * len(new),
                                        "color": [ENGINE_COLORS.get(k, "grey")] * len(new)}, 200)  # fmt: skip
-            if snap.rss_seq != self._rss_seq[k]:
-                self._rss_seq[k] = snap.rss_seq
-                pts = [p for p in list(snap.rss) if p[0] > self._rss_last[k]]
-                if pts:
-                    self._rss_last[k] = pts[-1][0]
-                    self.rss.extend(k, pts)
-            if snap.cpu_seq != self._cpu_seq[k]:
-                self._cpu_seq[k] = snap.cpu_seq
-                pts = [p for p in list(snap.cpu) if p[0] > self._cpu_last[k]]
-                if pts:
-                    self._cpu_last[k] = pts[-1][0]
-                    self.cpu.extend(k, pts)
+            for name, view in (("rss", self.rss), ("cpu", self.cpu)):
+                seq = getattr(snap, f"{name}_seq")
+                if seq != self._series_seq[name, k]:
+                    self._series_seq[name, k] = seq
+                    pts = [p for p in list(getattr(snap, name)) if p[0] > self._series_last[name, k]]
+                    if pts:
+                        self._series_last[name, k] = pts[-1][0]
+                        view.extend(k, pts)
             if self.blocks is not None and snap.blocks_seq != self._blocks_seq[k]:
                 self._blocks_seq[k] = snap.blocks_seq
                 new_blocks = [b for b in list(snap.blocks) if b["wall_end"] > self._blocks_last[k]]
