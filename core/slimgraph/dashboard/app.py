@@ -837,7 +837,7 @@ class App:
         if self.summary.object != strip:
             self.summary.object = strip
         lived = sorted(k for k in job.kinds if "life" in job.results[k])
-        key = (job.id, f"{sorted(job.flamegraphs)}{sorted(job.memray_summaries)}{sorted(job.memray_errors)}{lived}")
+        key = (job.id, f"{sorted(job.flamegraphs)}{sorted(job.memray_summaries)}{sorted(job.memray_errors)}{lived}", job.running)
         if key != self._shown_job:
             self._shown_job = key
             items = [pn.pane.HTML(summary.memray_html(k, job.id, summ), sizing_mode="stretch_width")

@@ -424,7 +424,7 @@ class Job:
         life's figures into ``res["life"]``."""
         from slimgraph.instrument.stages import life_figures
 
-        phase, message = self.phases[kind], self.messages[kind]
+        message = self.messages[kind]
         self.messages[kind] = message + "; releasing"
         try:
             deadline = time.monotonic() + timeout
@@ -441,7 +441,8 @@ class Job:
             res["life_error"] = f"{type(ex).__name__}: {ex}"
         finally:
             sampler.stop()
-        self.messages[kind] = message
+        err = res.get("life_error")
+        self.messages[kind] = message + (f" (its whole life not measured: {err})" if err else "")
 
     @staticmethod
     def _why_cancelled(fut) -> str:
