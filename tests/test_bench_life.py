@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from slimgraph.bench.life import IDLE, STAGES, categorize, parse_raw
-from slimgraph.instrument.stages import LifeRecords, completed, cpu_at, life_figures
+from slimgraph.instrument.stages import LifeRecords, completed, cpu_at, life_figures, settled_blocks
 
 S = "distributed/scheduler.py"
 
@@ -65,13 +65,13 @@ def test_stage_figures_come_from_the_records():
     samples = [(0.0, 1.0, 100), (1.0, 1.5, 300), (2.0, 3.5, 250), (4.0, 4.0, 120)]
     assert cpu_at(samples, 1.5) == pytest.approx(2.5) and cpu_at(samples, 9.0) == 4.0
     rec = LifeRecords(tasks=1000, bounds={"ingest": [0.0, 1.0], "run": [1.0, 2.0], "release": [2.5, 4.0]},
-                      samples=samples, blocks=[(0.5, 0.2), (1.0, 0.3), (1.2, 0.1), (3.0, 0.07)],
+                      samples=samples, blocks=[(0.5, 0.2), (1.0, 0.3), (1.4, 0.5), (1.2, 0.1), (3.0, 0.07)],
                       completed=400)  # fmt: skip
     f = life_figures(rec)
     assert [f["stages"][s]["cpu_s"] for s in STAGES] == pytest.approx([0.5, 2.0, 0.375])
     assert f["stages"]["run"]["cpu_us_per_task"] == pytest.approx(2000.0)
-    # a block counts in the stage it ends in
-    assert [f["stages"][s]["longest_block_s"] for s in STAGES] == [0.3, 0.1, 0.07]
+    # a block counts in the stage it began in (one ending after the ingestion is its)
+    assert [f["stages"][s]["longest_block_s"] for s in STAGES] == [0.5, 0.1, 0.07]
     assert f["tasks_per_s"] == pytest.approx(400.0) and f["completed"] == 400
     assert f["peak_rss_bytes"] == 300 and f["peak_rss_growth_bytes"] == 200
     # the whole is the stages lived (not the pause between run and release)
@@ -84,6 +84,14 @@ def test_stage_figures_come_from_the_records():
     assert life_figures(LifeRecords.from_dict(json.loads(json.dumps(only.to_dict())))) == g
     # tasks completed: those no longer pending (released ones ran)
     assert completed(1000, {"memory": 5, "released": 300, "forgotten": 90, "processing": 2, "waiting": 600}) == 398
+
+
+def test_blocks_are_read_once_the_monitor_has_closed_them():
+    """A block that ended before the release's end but was closed later (by
+    the monitor's next wake-up) is in the blocks read; a later one changes
+    nothing (the release ended at 2.0 here)."""
+    reads = iter([[(1.0, 0.2)], [(1.0, 0.2), (1.5, 0.8)], [(1.0, 0.2), (1.5, 0.8), (9.0, 1.0)], []])
+    assert settled_blocks(lambda: next(reads), after=2.0, every=0.01) == [(1.0, 0.2), (1.5, 0.8), (9.0, 1.0)]
 
 
 @pytest.mark.cluster

@@ -60,7 +60,7 @@ from collections import Counter
 from typing import Any
 
 from slimgraph import shim
-from slimgraph.instrument.stages import STAGES, LifeRecords, Sampler, completed, life_figures
+from slimgraph.instrument.stages import STAGES, LifeRecords, Sampler, completed, life_figures, settled_blocks
 
 KINDS = ("stock", "slim")
 
@@ -278,7 +278,8 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                     raise TimeoutError(f"{kind}: the scheduler still held tasks 900 s after the release")
                 bounds["release"][1] = time.time()
                 samples["release"] = profiles["release"].stop()
-                blocks = client.run_on_scheduler(_loop_blocks, since=bounds["ingest"][0])
+                blocks = settled_blocks(lambda: client.run_on_scheduler(_loop_blocks, since=bounds["ingest"][0]),
+                                        bounds["release"][1])
         pings = [(t + s, s) for t, s, *_ in ping.pings]
         records = LifeRecords(tasks=rec.tasks, bounds=bounds, samples=cpu.samples, blocks=blocks, pings=pings,
                               completed=done)

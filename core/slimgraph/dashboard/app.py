@@ -261,25 +261,25 @@ class CpuView(_EngineSeries):
 
     def show_stages(self, jobs: list) -> None:
         """Shade the stages of ``jobs`` (a stage still running up to now)."""
-        from slimgraph.instrument.stages import STAGE_LABELS
+        from slimgraph.instrument.stages import STAGE_LABELS, STAGES
         from slimgraph.views.palette import STAGE_COLORS
 
         now = time.time()
         rows: dict[str, list] = {c: [] for c in self.stages.data}
-        for job in jobs:
-            for k, life in list(job.life.items()):
-                half = (0.5, 1.0) if k == "stock" or len(self.kinds) == 1 else (0.0, 0.5)
-                for stage, (a, b) in list(life.bounds.items()):
-                    if a is None:
-                        continue
-                    rows["left"].append(a * 1000)
-                    rows["right"].append((now if b is None else b) * 1000)
-                    rows["bottom"].append(half[0])
-                    rows["top"].append(half[1])
-                    rows["kind"].append(k)
-                    rows["stage"].append(STAGE_LABELS[stage])
-                    rows["job"].append(job.label)
-                    rows["color"].append(STAGE_COLORS[stage])
+        # (stage by stage: the legend names them in the order of their first rows)
+        for stage, job, k, life in sorted(((st, j, k, life) for j in jobs for k, life in list(j.life.items())
+                                           for st in STAGE_LABELS), key=lambda r: STAGES.index(r[0])):  # fmt: skip
+            half = (0.5, 1.0) if k == "stock" or len(self.kinds) == 1 else (0.0, 0.5)
+            a, b = life.bounds.get(stage) or (None, None)
+            if a is not None:
+                rows["left"].append(a * 1000)
+                rows["right"].append((now if b is None else b) * 1000)
+                rows["bottom"].append(half[0])
+                rows["top"].append(half[1])
+                rows["kind"].append(k)
+                rows["stage"].append(STAGE_LABELS[stage])
+                rows["job"].append(job.label)
+                rows["color"].append(STAGE_COLORS[stage])
         if rows != self.stages.data:
             self.stages.data = rows
 

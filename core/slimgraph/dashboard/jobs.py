@@ -422,7 +422,7 @@ class Job:
     def _end_life(self, kind: str, feed, res: dict, life: Any, sampler: Any, timeout: float = 900) -> None:
         """The release stage's end (the scheduler holds no task), then the
         life's figures into ``res["life"]``."""
-        from slimgraph.instrument.stages import life_figures
+        from slimgraph.instrument.stages import life_figures, settled_blocks
 
         message = self.messages[kind]
         self.messages[kind] = message + "; releasing"
@@ -432,8 +432,8 @@ class Job:
                 time.sleep(0.02)
             life.bounds["release"][1] = time.time()
             sampler.stop()
-            blocks = feed.sync(feed.loop_blocks, life.bounds["ingest"][0], timeout=60)
-            life.blocks = [(b["wall_end"], b["seconds"]) for b in blocks]
+            life.blocks = settled_blocks(lambda: [(b["wall_end"], b["seconds"]) for b in feed.sync(
+                feed.loop_blocks, life.bounds["ingest"][0], timeout=60)], life.bounds["release"][1])  # fmt: skip
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"the scheduler still held tasks {timeout:.0f} s after the release")
             res["life"] = life_figures(life)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 STAGES = ("ingest", "run", "release")
 
@@ -109,8 +109,32 @@ def cpu_at(samples: list, when: float) -> float:
 
 
 def longest(entries: list, a: float, b: float) -> float:
-    """Longest ``(end, seconds)`` entry ending within ``a..b`` (0 if none)."""
-    return max((s for end, s in entries if a < end <= b), default=0.0)
+    """Longest ``(end, seconds)`` entry that began within ``[a, b)`` (0 if
+    none). By its start: the block of a stock ingestion ends a moment after
+    the update_graph record does (the handler's turn goes on), and is the
+    ingestion's; a ping sent during it is answered after it, and waited for
+    it."""
+    return max((s for end, s in entries if a <= end - s < b), default=0.0)
+
+
+def settled_blocks(read: Callable[[], list], after: float, every: float = 0.25, timeout: float = 10.0) -> list:
+    """``read()`` (the loop monitor's blocks as ``(end, seconds)``) once the
+    blocks that ended by ``after`` have stopped changing. The monitor's
+    watchdog closes a block at its next wake-up (10-100 ms after it ends,
+    later while it waits for the GIL), so a read right at the release's end
+    missed a 0.83 s block of it that had ended before. Two reads ``every`` s
+    apart, the first ``every`` s after ``after``, that agree on them (or the
+    last read at ``timeout``)."""
+    deadline = time.time() + timeout
+    time.sleep(max(0.0, after + every - time.time()))
+    before = None
+    while True:
+        got = [tuple(b) for b in read()]
+        upto = sorted(b for b in got if b[0] <= after)
+        if upto == before or time.time() > deadline:
+            return got
+        before = upto
+        time.sleep(every)
 
 
 def completed(tasks: int, states: dict) -> int:
