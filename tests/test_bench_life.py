@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from slimgraph.bench.life import IDLE, STAGES, categorize, parse_raw
+from slimgraph.instrument.stages import LifeRecords, completed, cpu_at, life_figures, settled_blocks
 
 S = "distributed/scheduler.py"
 
@@ -57,6 +58,42 @@ def test_py_spy_raw_lines_are_counted_by_category_and_idle_samples_dropped():
     assert got == {"transition waiting->processing": 7, "serialization": 3}
 
 
+def test_stage_figures_come_from_the_records():
+    """The whole-life figures the bench and the app show, from records made
+    up here: CPU between the stage bounds (interpolated between samples),
+    the longest block ending in each stage, tasks per second over the run."""
+    samples = [(0.0, 1.0, 100), (1.0, 1.5, 300), (2.0, 3.5, 250), (4.0, 4.0, 120)]
+    assert cpu_at(samples, 1.5) == pytest.approx(2.5) and cpu_at(samples, 9.0) == 4.0
+    rec = LifeRecords(tasks=1000, bounds={"ingest": [0.0, 1.0], "run": [1.0, 2.0], "release": [2.5, 4.0]},
+                      samples=samples, blocks=[(0.5, 0.2), (1.0, 0.3), (1.4, 0.5), (1.2, 0.1), (3.0, 0.07)],
+                      completed=400)  # fmt: skip
+    f = life_figures(rec)
+    assert [f["stages"][s]["cpu_s"] for s in STAGES] == pytest.approx([0.5, 2.0, 0.375])
+    assert f["stages"]["run"]["cpu_us_per_task"] == pytest.approx(2000.0)
+    # a block counts in the stage it began in (one ending after the ingestion is its)
+    assert [f["stages"][s]["longest_block_s"] for s in STAGES] == [0.5, 0.1, 0.07]
+    assert f["tasks_per_s"] == pytest.approx(400.0) and f["completed"] == 400
+    assert f["peak_rss_bytes"] == 300 and f["peak_rss_growth_bytes"] == 200
+    # the whole is the stages lived (not the pause between run and release)
+    assert f["whole"]["cpu_s"] == pytest.approx(2.875) and f["whole"]["wall_s"] == pytest.approx(3.5)
+    assert f["whole"]["longest_ping_s"] is None
+    # an "ingest only" life: no run, no rate; the JSON form gives the same figures
+    only = LifeRecords(tasks=1000, bounds={"ingest": [0.0, 1.0], "release": [2.0, 4.0]}, samples=samples)
+    g = life_figures(only)
+    assert set(g["stages"]) == {"ingest", "release"} and g["tasks_per_s"] is None
+    assert life_figures(LifeRecords.from_dict(json.loads(json.dumps(only.to_dict())))) == g
+    # tasks completed: those no longer pending (released ones ran)
+    assert completed(1000, {"memory": 5, "released": 300, "forgotten": 90, "processing": 2, "waiting": 600}) == 398
+
+
+def test_blocks_are_read_once_the_monitor_has_closed_them():
+    """A block that ended before the release's end but was closed later (by
+    the monitor's next wake-up) is in the blocks read; a later one changes
+    nothing (the release ended at 2.0 here)."""
+    reads = iter([[(1.0, 0.2)], [(1.0, 0.2), (1.5, 0.8)], [(1.0, 0.2), (1.5, 0.8), (9.0, 1.0)], []])
+    assert settled_blocks(lambda: next(reads), after=2.0, every=0.01) == [(1.0, 0.2), (1.5, 0.8), (9.0, 1.0)]
+
+
 @pytest.mark.cluster
 @pytest.mark.timeout(600)
 def test_life_mode_measures_every_stage_for_both_engines(tmp_path):
@@ -86,6 +123,13 @@ def test_life_mode_measures_every_stage_for_both_engines(tmp_path):
         assert sum(split.values()) == pytest.approx(run["stages"]["run"]["cpu_s"])
         # the run completes tasks: their transitions are seen by kind
         assert any(c.startswith("transition ") for c in split), split
+        # the figures are those of the records kept beside them (the
+        # dashboard's jobs compute theirs alike: slimgraph.instrument.stages)
+        figures = life_figures(LifeRecords.from_dict(run["records"]))
+        for stage in STAGES:
+            assert {k: v for k, v in run["stages"][stage].items() if k != "by_what"} == figures["stages"][stage]
+        assert run["whole"] == figures["whole"] and run["tasks_per_s"] == figures["tasks_per_s"]
+        assert run["completed"] == run["tasks"] and run["tasks_per_s"] > 0
     assert r["ratios"]["cpu_whole"] == pytest.approx(slim["whole"]["cpu_s"] / stock["whole"]["cpu_s"])
     assert "whole life: delayed" in proc.stdout and "by what ran" in proc.stdout
     # py-spy's recordings kept: what the table was made of

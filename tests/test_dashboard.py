@@ -744,6 +744,29 @@ def test_summary_figures_and_ratios_come_from_the_records():
     # an engine that measured nothing shows dashes, not zeros
     empty = summary.engine_figures(None)
     assert empty["update_graph_s"] is None and summary.fmt(None, "s") == "-"
+    assert "the whole life" not in html  # (no life measured: no such rows)
+
+    # the whole life: per stage, from each engine's life_figures
+    from slimgraph.instrument.stages import LifeRecords, life_figures
+
+    def life(cpu_run: float, block: float) -> dict:
+        samples = [(0.0, 0.0, 100), (1.0, 0.2, 150), (3.0, 0.2 + cpu_run, 400), (4.0, 0.3 + cpu_run, 120)]
+        return life_figures(LifeRecords(tasks=2000, bounds={"ingest": [0.0, 1.0], "run": [1.0, 3.0],
+                                                            "release": [3.0, 4.0]},
+                                        samples=samples, blocks=[(2.0, block)] if block else [], completed=2000))
+    f_stock = summary.engine_figures(stock, {"life": life(2.0, 0.4)})
+    f_slim = summary.engine_figures(slim, {"life": life(1.0, 0.0)})
+    assert f_stock["run_cpu_us_per_task"] == pytest.approx(1000.0) and f_slim["tasks_per_s"] == pytest.approx(1000.0)
+    J.how_far = "to the end"
+    html = summary.strip_html(J, {"stock": f_stock, "slim": f_slim}, J.kinds)
+    assert "the whole life (to the end)" in html
+    assert "data-kind='stock' data-key='run_cpu_us_per_task' data-value='1000.0'>1,000.0 us<" in html
+    assert "data-key='run_cpu_us_per_task'>2.0x<" in html  # stock/slim
+    # no block of 50 ms or more in slim's run: said so
+    assert "data-kind='slim' data-key='run_longest_block_s' data-value='0.0'>&lt; 50 ms<" in html
+    row = summary.history_row(J, {"stock": f_stock, "slim": f_slim})
+    assert row["ratio run_cpu_us_per_task"] == pytest.approx(2.0) and row["slim completed"] == 2000
+    assert "ratio completed" not in row and list(row) == summary.history_columns()
 
 
 @pytest.mark.cluster
@@ -816,6 +839,30 @@ def test_engines_run_in_processes_of_their_own():
         assert list(data["kind"]) == [k for k in kinds for _ in blocked(k)]
         assert set(data["color"]) == {CAUSE_COLORS["other handler"]}
         assert all(r - l >= 250 for l, r in zip(data["left"], data["right"]))  # ms
+        # the CPU use the poller reads by pid saw the spin (0.3 s of one core)
+        for k in kinds:
+            assert max(c for _, c in poll.engine(k).cpu) > 20, list(poll.engine(k).cpu)
+        # a computation cancelled by the user (Cancel): the run ends there,
+        # before its tasks are all done; the release is measured
+        from slimgraph.dashboard.jobs import Job
+        from slimgraph.instrument.stages import life_figures
+
+        job = Job(mgr, "array", 10_000, tuple(kinds), poller=poll).start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(job.phases[k] == "computing" for k in kinds):
+            time.sleep(0.05)
+        time.sleep(0.3)
+        asked = time.time()
+        job.cancel()
+        job.join(180)
+        assert job.phase == "cancelled", job.messages
+        for k in kinds:
+            rec, res = job.life[k], job.results[k]
+            assert res["status"] == "cancelled" and "error" not in res, res
+            assert asked <= rec.bounds["run"][1] <= asked + 1.0
+            assert 0 < rec.completed < rec.tasks
+            assert rec.bounds["release"][0] >= rec.bounds["run"][1] and res["life"] == life_figures(rec)
+            assert res["life"]["stages"]["release"]["cpu_s"] > 0
         procs = [p for k in kinds for p in mgr.entries[k].procs]
     finally:
         if poll is not None:

@@ -574,7 +574,7 @@ def test_empty_app_charts_set_their_ranges(web):
     from bokeh.layouts import column
     from bokeh.util.paths import bokehjs_path
 
-    from slimgraph.dashboard.app import BlocksView, RssView
+    from slimgraph.dashboard.app import BlocksView, CpuView, RssView
     from slimgraph.views.figures import Views
 
     page, _ = web
@@ -584,7 +584,8 @@ def test_empty_app_charts_set_their_ranges(web):
     views = Views(kinds=kinds, sizing_mode="stretch_width", rss=False, census=True)
     rss = RssView(kinds)
     blocks = BlocksView(kinds, rss.figure.x_range)
-    figs = [*views.timing_figs.values(), *views.tree_figs.values(), rss.figure, blocks.figure,
+    cpu = CpuView(kinds, rss.figure.x_range)
+    figs = [*views.timing_figs.values(), *views.tree_figs.values(), rss.figure, blocks.figure, cpu.figure,
             *(f.figure for f in views.lazy.values()), *(f.figure for f in views.lazy_attrs.values())]  # fmt: skip
     # the page holds BokehJS itself and the charts' document, nothing else
     # to load (a page with any other resource would log its failure)
@@ -599,10 +600,24 @@ def test_empty_app_charts_set_their_ranges(web):
         return [m.x_range.start, m.x_range.end, m.y_range.start, m.y_range.end]; }""")
     assert all(v is not None and abs(v) < float("inf") for v in rss_ranges), rss_ranges
     assert rss_ranges[0] < rss_ranges[1] and rss_ranges[2] == 0 < rss_ranges[3], rss_ranges
+    cpu_ranges = page.evaluate("""() => { const m = Bokeh.documents[0].get_model_by_name('sg-cpu-figure');
+        return [m.y_range.start, m.y_range.end]; }""")
+    assert cpu_ranges[0] == 0 < cpu_ranges[1] < float("inf"), cpu_ranges
     assert not messages, messages
     # the stand-in span goes at the first sample: from then on the data's
     rss.extend("stock", [(1.0e12, 120.0)])
     assert rss.blank.data["time"] == [] and not rss.waiting.visible
+    cpu.extend("slim", [(1.0e12, 12.0)])
+    assert cpu.blank.data["time"] == [] and not cpu.waiting.visible
+
+
+def _open_launched(page, url: str, height: int) -> list[str]:
+    """Open the app 1,440 px wide; the list its console warnings and errors go to."""
+    messages: list[str] = []
+    page.on("console", lambda m: m.type in ("warning", "error") and messages.append(m.text))
+    page.set_viewport_size({"width": 1440, "height": height})
+    page.goto(url)
+    return messages
 
 
 @pytest.mark.timeout(300)
@@ -613,11 +628,7 @@ def test_launch_page_is_clean_fits_every_width_and_fits_a_tree(web, launched):
     and tables do not overlap, and the memory table's columns fit; the
     "fit" toggle draws slim's tree at its own extent and back."""
     page, watch = web
-    url, _ = launched
-    messages: list[str] = []
-    page.on("console", lambda m: m.type in ("warning", "error") and messages.append(m.text))
-    page.set_viewport_size({"width": 1440, "height": 1100})
-    page.goto(url)
+    messages = _open_launched(page, launched[0], 1100)
     wait_model(page, "sg-memory-figure-stock")
     kinds = engines_running(page)
     page.locator("select").nth(1).select_option("1k")
@@ -645,9 +656,9 @@ def test_launch_page_is_clean_fits_every_width_and_fits_a_tree(web, launched):
         panels = page.evaluate(PANELS_JS)
         kinds_seen = sorted({p["what"] for p in panels})
         # the summary, history, phases and memory cards; 2 phase charts, 2
-        # trees and RSS per two engines; the history and the memory table
+        # trees, RSS and CPU per two engines; the history and the memory table
         assert kinds_seen == ["card", "figure", "table"], panels
-        assert len([p for p in panels if p["what"] == "figure"]) == 2 * len(kinds) + 1, panels
+        assert len([p for p in panels if p["what"] == "figure"]) == 2 * len(kinds) + 2, panels
         assert len([p for p in panels if p["what"] == "table"]) == 2, panels
         for group in ("card", ("figure", "table")):
             boxes = [p for p in panels if p["what"] in group]
@@ -689,6 +700,20 @@ def test_launch_page_is_clean_fits_every_width_and_fits_a_tree(web, launched):
     assert_clean(watch)
 
 
+def _submit_and_wait(page, size: str) -> str:
+    """Submit (an array job of ``size``, as the launcher shows it); the
+    job's id once it is done."""
+    # (an earlier test's job may be the latest until this one's is shown)
+    earlier = page.locator(".sg-summary[data-job]")
+    earlier = earlier.first.get_attribute("data-job") if earlier.count() else None
+    page.get_by_role("button", name="Submit").click()
+    job = page.locator(".sg-summary[data-job]" + (f":not([data-job='{earlier}'])" if earlier else "")).first
+    job.wait_for(timeout=30_000)
+    job_id = job.get_attribute("data-job")
+    page.get_by_text(re.compile(rf"job {job_id} \(array {re.escape(size)}\).*: done")).first.wait_for(timeout=240_000)
+    return job_id
+
+
 @pytest.mark.timeout(600)
 def test_launch_both_engines_summary_equals_records(web, launched):
     """Submit on both engines at once; the summary strip's figures are the
@@ -716,14 +741,7 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     page.get_by_role("button", name="both" if len(kinds) == 2 else "stock").click()
     page.get_by_role("checkbox", name=re.compile("memray")).check()
     page.get_by_role("checkbox", name=re.compile("ingest only")).check()
-    # (an earlier test's job may be the latest until this one's is shown)
-    earlier = page.locator(".sg-summary[data-job]")
-    earlier = earlier.first.get_attribute("data-job") if earlier.count() else None
-    page.get_by_role("button", name="Submit").click()
-    job = page.locator(".sg-summary[data-job]" + (f":not([data-job='{earlier}'])" if earlier else "")).first
-    job.wait_for(timeout=30_000)
-    job_id = job.get_attribute("data-job")
-    page.get_by_text(re.compile(rf"job {job_id} \(array 1.5k\).*: done")).first.wait_for(timeout=240_000)
+    job_id = _submit_and_wait(page, "1.5k")
     page.wait_for_timeout(1500)  # one more refresh after the end
     # the job history got its row in the columns it was sent before it had
     # any (new column models while pages load break reloads: App._memory_frame)
@@ -844,6 +862,130 @@ def test_launch_both_engines_summary_equals_records(web, launched):
     # every control has a label; the dask dashboard links have distinct names
     links = [page.locator("a", has_text=f"{k} dask dashboard").count() for k in kinds]
     assert links == [1] * len(kinds)
+    assert_clean(watch)
+
+
+def _submit_life(page, preset: str, cancel_after: str, kinds) -> str:
+    """Submit an array job of ``preset`` size, computed (cancelled
+    ``cancel_after`` s after its ingestion, or to the end when empty), to
+    every engine; its id once done."""
+    page.locator("select").nth(1).select_option(preset)
+    box = page.locator(".bk-input-group", has_text="Cancel after N s").locator("input").first
+    box.fill(cancel_after)
+    box.press("Enter")
+    page.get_by_role("button", name="both" if len(kinds) == 2 else "stock", exact=True).click()
+    return _submit_and_wait(page, preset)
+
+
+@pytest.mark.timeout(600)
+def test_launch_whole_life_to_the_end_and_cancelled(web, launched):
+    """The main job's whole life, on both engines: one job computed to the
+    end and one cancelled a second after its ingestion. Every stage figure
+    in the summary strip (scheduler CPU per task of ingest, run and release,
+    the longest loop block of each, peak RSS growth, tasks completed per
+    second) is the one the job's whole-life records give
+    (``life_figures``, as ``bench --mode life`` computes its own), and the
+    records are what the schedulers hold: the ingestion ends at the
+    update_graph record's end, the blocks are the loop monitor's, the CPU
+    is the scheduler process's (read by pid). The CPU chart shows each
+    process's CPU and shades the stages at the records' bounds; the job
+    history's CSV carries the figures; no console warning or error."""
+    import psutil
+    from distributed import Client
+
+    from slimgraph.dashboard.summary import LIFE_FIGURES, fmt, life_keys
+    from slimgraph.instrument.client import get_submissions
+    from slimgraph.instrument.feed import RemoteFeed
+    from slimgraph.instrument.stages import STAGE_LABELS, LifeRecords, life_figures
+
+    page, watch = web
+    messages = _open_launched(page, launched[0], 1300)
+    kinds = engines_running(page)
+    wait_model(page, "sg-cpu-figure")
+    pids = {k: int(page.locator(f".sg-pid[data-kind='{k}']").first.inner_text().split()[-1]) for k in kinds}
+    units = {key: unit for key, _, unit in LIFE_FIGURES}
+    for preset, cancel_after in (("1k", ""), ("10k", "1")):
+        job_id = _submit_life(page, preset, cancel_after, kinds)
+        button = page.get_by_role("button", name=f"whole-life records (JSON, job {job_id})")
+        button.wait_for(timeout=30_000)
+        with page.expect_download(timeout=30_000) as dl:
+            button.click()
+        data = json.loads(Path(dl.value.path()).read_text())
+        page.wait_for_timeout(1500)  # (one more refresh after the end)
+        shown = summary_values(page)
+        stages = source(page, "sg-stages")
+        for k in kinds:
+            rec = LifeRecords.from_dict(data[k]["records"])
+            figures = life_figures(rec)
+            assert figures == data[k]["figures"]
+            # the page shows the records' figures, every digit in data-value
+            for key, value in life_keys(figures).items():
+                if value is None:
+                    assert shown[(k, key)] is None, (k, key)
+                    continue
+                assert shown[(k, key)] == pytest.approx(value, rel=1e-12), (k, key)
+                cell = page.locator(f".sg-summary td.sg-fig[data-kind='{k}'][data-key='{key}']").first
+                text = "< 50 ms" if key.endswith("_longest_block_s") and value == 0 else fmt(value, units[key])
+                assert cell.inner_text().strip() == text, (k, key)
+            b = rec.bounds
+            assert list(b) == ["ingest", "run", "release"]
+            assert b["ingest"][1] == b["run"][0] < b["run"][1] <= b["release"][0] < b["release"][1]
+            # the records are the schedulers': the update_graph record, the
+            # loop monitor's blocks, the process's CPU
+            with Client(addresses(page, kinds)[k], timeout="30s", set_as_default=False) as c:
+                sub = [r for r in get_submissions(c) if r.status == "OK"][-1]
+                feed = RemoteFeed(c, k)
+                blocks = feed.sync(feed.loop_blocks, b["ingest"][0], timeout=30)
+            assert rec.tasks == sub.tasks and b["ingest"][1] == pytest.approx(sub.start + sub.total_s, abs=1e-6)
+            end = b["release"][1]
+            assert [tuple(x) for x in rec.blocks if x[0] <= end] == \
+                [(x["wall_end"], x["seconds"]) for x in blocks if x["wall_end"] <= end]
+            times, cpu = [t for t, _, _ in rec.samples], [c for _, c, _ in rec.samples]
+            assert times[0] <= b["ingest"][0] and times[-1] >= end and times == sorted(times)
+            assert cpu == sorted(cpu) and cpu[-1] <= sum(psutil.Process(pids[k]).cpu_times()[:2]) + 0.02
+            assert figures["stages"]["run"]["cpu_s"] > 0
+            if cancel_after:
+                assert 0 < rec.completed < rec.tasks, (rec.completed, rec.tasks)
+                assert b["run"][1] - b["run"][0] == pytest.approx(float(cancel_after), abs=0.5)
+            else:
+                assert rec.completed == rec.tasks
+            assert figures["tasks_per_s"] == pytest.approx(rec.completed / (b["run"][1] - b["run"][0]))
+            # the CPU chart: the process's CPU, and this job's stages shaded
+            # at the records' bounds (stock above, slim below)
+            assert nrows(page, f"sg-cpu-{k}", "cpu") > 0
+            for stage, (a, z) in b.items():
+                rows = [i for i, (kind, st) in enumerate(zip(stages["kind"], stages["stage"]))
+                        if kind == k and st == STAGE_LABELS[stage] and stages["left"][i] == pytest.approx(a * 1000, abs=1)]
+                assert len(rows) == 1, (k, stage, stages)
+                assert stages["right"][rows[0]] == pytest.approx(z * 1000, abs=1)
+                assert (stages["bottom"][rows[0]], stages["top"][rows[0]]) == (
+                    (0.5, 1) if k == "stock" or len(kinds) == 1 else (0, 0.5))
+        assert f"job {job_id}" in page.locator(".sg-summary-title").inner_text()
+        # the job history's CSV: the same figures
+        with page.expect_download(timeout=30_000) as dl:
+            page.get_by_role("button", name=re.compile(r"Download the job history \(CSV\)")).click()
+        import pandas as pd
+
+        frame = pd.read_csv(dl.value.path())
+        row = frame[frame["job"] == int(job_id)].iloc[-1]
+        for k in kinds:
+            for key, value in life_keys(data[k]["figures"]).items():
+                if value is not None:
+                    assert row[f"{k} {key}"] == pytest.approx(value, rel=1e-9), (k, key)
+            if len(kinds) == 2:
+                assert row["ratio run_cpu_us_per_task"] == pytest.approx(
+                    data["stock"]["figures"]["stages"]["run"]["cpu_us_per_task"]
+                    / data["slim"]["figures"]["stages"]["run"]["cpu_us_per_task"], rel=1e-9)  # fmt: skip
+        # (tall enough for the whole first tab: the CPU chart at its end)
+        page.set_viewport_size({"width": 1440, "height": 2700})
+        page.wait_for_timeout(1000)
+        shot(page, f"launch-life-{'cancelled' if cancel_after else 'to-the-end'}")
+        page.set_viewport_size({"width": 1440, "height": 1300})
+    for width in (1000, 1920):
+        page.set_viewport_size({"width": width, "height": 1100})
+        page.wait_for_timeout(800)
+        assert no_horizontal_scroll(page), width
+    assert not messages, messages
     assert_clean(watch)
 
 

@@ -50,6 +50,20 @@ def test_engine_colours_are_no_phase_colour_and_far_from_every_phase():
     assert palette.worst_distance(engines["stock"], engines["slim"]) > 40
 
 
+def test_stage_shades_are_pale_apart_and_no_phase_or_engine_colour():
+    from slimgraph.instrument.stages import STAGES
+
+    stages = palette.STAGE_COLORS
+    assert tuple(stages) == STAGES
+    taken = {c.upper() for c in (*palette.PHASE_COLORS.values(), *palette.ENGINE_COLORS.values())}
+    assert not {c.upper() for c in stages.values()} & taken
+    for i, a in enumerate(STAGES):
+        # (light: the engines' lines are drawn over them)
+        assert palette._lab(stages[a])[0] > 80, a
+        for b in STAGES[i + 1:]:
+            assert palette.worst_distance(stages[a], stages[b]) >= 5, (a, b)
+
+
 def test_close_phase_colours_differ_in_hatch():
     """Under any simulated colour-vision deficiency, two phases whose colours
     come closer than 15 ΔE are told apart by their hatch patterns."""

@@ -35,10 +35,15 @@ JSON (``--json PATH``)::
     {"mode": "life", "workload", "requested_tasks", "workers", "compute_seconds",
      "stock": RUN, "slim": RUN, "ratios": {"cpu_<stage>": slim/stock, "cpu_whole": ...}}
 
-    RUN = {"tasks", "result", "stages": {stage: STAGE}, "whole": STAGE,
-           "peak_rss_growth_bytes", "profile": "py-spy" or why not}
+    RUN = {"tasks", "completed", "tasks_per_s", "result", "stages": {stage: STAGE}, "whole": STAGE,
+           "peak_rss_bytes", "peak_rss_growth_bytes", "profile": "py-spy" or why not,
+           "records": what the figures were computed from}
     STAGE = {"wall_s", "cpu_s", "cpu_us_per_task", "longest_ping_s",
              "longest_block_s", "by_what": {category: cpu seconds}}
+
+The stages, the records and the figures are :mod:`slimgraph.instrument.stages`'s
+(``LifeRecords``, ``life_figures``), the dashboard's jobs' too: the app's
+stage figures are computed as these are.
 """
 from __future__ import annotations
 
@@ -54,61 +59,10 @@ import time
 from collections import Counter
 from typing import Any
 
-import psutil
-
 from slimgraph import shim
+from slimgraph.instrument.stages import STAGES, LifeRecords, Sampler, completed, life_figures, settled_blocks
 
-STAGES = ("ingest", "run", "release")
 KINDS = ("stock", "slim")
-
-
-class Sampler:
-    """The scheduler process's CPU seconds and RSS, read every ``every`` s."""
-
-    def __init__(self, pid: int, every: float = 0.02) -> None:
-        self.proc = psutil.Process(pid)
-        self.every = every
-        self.samples: list = []  # (time.time(), cpu seconds, rss bytes)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="slimgraph-bench-sampler", daemon=True)
-
-    def _read(self) -> None:
-        with self.proc.oneshot():
-            t = self.proc.cpu_times()
-            self.samples.append((time.time(), t.user + t.system, self.proc.memory_info().rss))
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            try:
-                self._read()
-            except psutil.Error:
-                return
-
-    def __enter__(self) -> "Sampler":
-        self._read()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-        try:
-            self._read()
-        except psutil.Error:
-            pass
-
-    def cpu_at(self, when: float) -> float:
-        """CPU seconds at ``when``, interpolated between the samples around it."""
-        s = self.samples
-        if when <= s[0][0]:
-            return s[0][1]
-        for (t0, c0, _), (t1, c1, _) in zip(s, s[1:]):
-            if t0 <= when <= t1:
-                return c0 + (c1 - c0) * ((when - t0) / (t1 - t0) if t1 > t0 else 1.0)
-        return s[-1][1]
-
-    def peak_rss_growth(self) -> int:
-        return max(r for _, _, r in self.samples) - self.samples[0][2]
 
 
 # -- what ran -----------------------------------------------------------------
@@ -265,11 +219,6 @@ def _loop_blocks(since: float, dask_scheduler: Any = None) -> list:
     return [(b["wall_end"], b["seconds"]) for b in get_extension(dask_scheduler).loop_blocks(since)]
 
 
-def _longest(entries: list, a: float, b: float) -> float:
-    """Longest ``(end, seconds)`` entry ending within ``a..b`` (0 if none)."""
-    return max((s for end, s in entries if a < end <= b), default=0.0)
-
-
 def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_seconds: float | None = None,
              progress: Any = None, profiles_dir: str | None = None) -> dict:
     """One engine through a graph's whole life (see the module docstring);
@@ -279,7 +228,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
 
     from slimgraph.bench.e2e import _Load
     from slimgraph.bench.processes import cluster_processes, wait_for
-    from slimgraph.instrument.client import get_submissions, install
+    from slimgraph.instrument.client import get_status, get_submissions, install
     from slimgraph.workloads import WORKLOADS
 
     say = progress or (lambda msg: None)
@@ -315,6 +264,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                 else:
                     time.sleep(max(0.0, bounds["run"][0] + compute_seconds - time.time()))
                 bounds["run"][1] = time.time()
+                done = completed(rec.tasks, get_status(client)["states"])
                 bounds["release"] = [bounds["run"][1], None]
                 samples["run"] = profiles["run"].stop()
                 profiles["release"] = Profile(cluster.scheduler_pid, tmp, "release")
@@ -328,28 +278,22 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                     raise TimeoutError(f"{kind}: the scheduler still held tasks 900 s after the release")
                 bounds["release"][1] = time.time()
                 samples["release"] = profiles["release"].stop()
-                blocks = client.run_on_scheduler(_loop_blocks, since=bounds["ingest"][0])
+                blocks = settled_blocks(lambda: client.run_on_scheduler(_loop_blocks, since=bounds["ingest"][0]),
+                                        bounds["release"][1])
         pings = [(t + s, s) for t, s, *_ in ping.pings]
-        n = rec.tasks
-        out: dict = {"tasks": n, "result": repr(value)[:200], "stages": {},
-                     "peak_rss_growth_bytes": cpu.peak_rss_growth(), "profile": "py-spy"}
+        records = LifeRecords(tasks=rec.tasks, bounds=bounds, samples=cpu.samples, blocks=blocks, pings=pings,
+                              completed=done)
+        out: dict = {"result": repr(value)[:200], **life_figures(records), "profile": "py-spy",
+                     "records": records.to_dict()}
         for stage in STAGES:
-            a, b = bounds[stage]
-            used = cpu.cpu_at(b) - cpu.cpu_at(a)
-            st = {"wall_s": b - a, "cpu_s": used, "cpu_us_per_task": used / n * 1e6,
-                  "longest_ping_s": _longest(pings, a, b), "longest_block_s": _longest(blocks, a, b),
-                  "by_what": None}
-            got = samples[stage]
+            st = out["stages"][stage]
+            used, got = st["cpu_s"], samples[stage]
+            st["by_what"] = None
             if got is None:
                 out["profile"] = profiles[stage].why_not
             else:  # (empty: a stage too short to be sampled)
                 total = sum(got.values())
                 st["by_what"] = {c: used * k / total for c, k in got.most_common()} if total else {}
-            out["stages"][stage] = st
-        a, b = bounds["ingest"][0], bounds["release"][1]
-        whole = cpu.cpu_at(b) - cpu.cpu_at(a)
-        out["whole"] = {"wall_s": b - a, "cpu_s": whole, "cpu_us_per_task": whole / n * 1e6,
-                        "longest_ping_s": _longest(pings, a, b), "longest_block_s": _longest(blocks, a, b)}
         return out
     finally:
         for p in profiles.values():
@@ -406,6 +350,8 @@ def format_life_table(result: dict) -> str:
                                  ("longest loop block s", "longest_block_s", ".3f")):
             r = b[key] / a[key] if a[key] else None
             lines.append(f"{stage:10} {label:24} {num(a[key], spec):>10} {num(b[key], spec):>10} {num(r, '.2f'):>11}")
+    lines.append(f"{'tasks completed per s (run)':35} {num(result['stock']['tasks_per_s'], ',.0f'):>10} "
+                 f"{num(result['slim']['tasks_per_s'], ',.0f'):>10}")
     lines.append(f"{'peak RSS growth MB':35} {result['stock']['peak_rss_growth_bytes'] / 1e6:>10,.0f} "
                  f"{result['slim']['peak_rss_growth_bytes'] / 1e6:>10,.0f}")
     for stage in STAGES:

@@ -135,14 +135,76 @@ def _flamegraph_download(kind: str, html: str, job_id: int) -> pn.widgets.FileDo
     )  # fmt: skip
 
 
-class RssView:
+def _life_download(job: Job, kinds: list) -> pn.widgets.FileDownload:
+    """A download of a job's whole-life records and the figures the page
+    shows of them (per engine: ``{"records": LifeRecords.to_dict(),
+    "figures": life_figures(records)}``), as ``bench --mode life`` keeps its own."""
+    import json
+
+    name = f"slimgraph-life-job{job.id}.json"
+    path = os.path.join(tempfile.mkdtemp(prefix="slimgraph-life-"), name)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"job": job.id, "how_far": job.how_far,
+                   **{k: {"records": job.life[k].to_dict(), "figures": job.results[k]["life"]} for k in kinds}}, f)
+    return pn.widgets.FileDownload(
+        file=path, filename=name, embed=False, label=f"whole-life records (JSON, job {job.id})",
+        css_classes=["sg-life-records"], sizing_mode="stretch_width",
+    )  # fmt: skip
+
+
+class _EngineSeries:
+    """One line per scheduler process (a named source per engine,
+    ``{"time": ms, Y: ...}``) on a datetime axis, and what its ranges span
+    before the first point."""
+
+    #: the series' column
+    Y = ""
+
+    def _series(self, fig, kinds: tuple[str, ...], name: str, top: float, hover: tuple, waiting: str) -> list:
+        from bokeh.models import ColumnDataSource, HoverTool
+
+        y = self.Y
+        self.sources = {k: ColumnDataSource({"time": [], y: []}, name=f"{name}-{k}") for k in kinds}
+        lines = [fig.line("time", y, source=self.sources[k], color=ENGINE_COLORS.get(k, "black"),
+                          line_width=2, legend_label=f"{k} scheduler") for k in kinds]  # fmt: skip
+        # What the automatic ranges span before the first point: the minute
+        # before the page was made, 0 to ``top``, drawn by an invisible
+        # line. Over empty sources alone both ranges are NaN, and BokehJS
+        # warns "could not set initial ranges" at every paint (and draws no
+        # axes) until the engines answer (the charts share the x range).
+        # :meth:`extend` empties it at the first point: from then on the
+        # ranges follow the data alone (pan, zoom and reset as before).
+        now = time.time() * 1000
+        self.blank = ColumnDataSource({"time": [now - 60_000, now], y: [0.0, top]}, name=f"{name}-blank")
+        blank = fig.line("time", y, source=self.blank, line_alpha=0)
+        fig.y_range.only_visible = True
+        fig.y_range.renderers = [*lines, blank]
+        fig.xaxis.formatter = _time_formatter()
+        fig.xaxis.ticker.desired_num_ticks = 6
+        fig.add_tools(HoverTool(tooltips=[hover], mode="vline", renderers=lines))
+        self.waiting = waiting_label(fig, waiting)
+        return lines
+
+    def extend(self, kind: str, points: list) -> None:
+        """Stream ``(time ms, value)`` points of ``kind`` (a document
+        callback); the first empties the stand-in range (see ``_series``)."""
+        if not points:
+            return
+        self.sources[kind].stream({"time": [p[0] for p in points], self.Y: [p[1] for p in points]}, 3000)
+        if self.blank.data["time"]:
+            self.blank.data = {"time": [], self.Y: []}
+            self.waiting.visible = False
+
+
+class RssView(_EngineSeries):
     """RSS of each scheduler process (one named source per engine), ingestions shaded."""
 
+    Y = "mb"
+
     def __init__(self, kinds: tuple[str, ...]):
-        from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, Title
+        from bokeh.models import ColumnDataSource, DataRange1d, Title
         from bokeh.plotting import figure
 
-        self.sources = {k: ColumnDataSource({"time": [], "mb": []}, name=f"sg-rss-{k}") for k in kinds}
         self.shade = ColumnDataSource({"left": [], "right": [], "kind": [], "color": []}, name="sg-ingestions")
         #: ingestions still running (from their start to the latest answer),
         #: replaced on every refresh; a finished one moves to ``shade``
@@ -155,37 +217,71 @@ class RssView:
         for src in (self.shade, self.live):
             fig.quad(left="left", right="right", bottom=0, top=1e9, source=src,
                      fill_color="color", fill_alpha=0.12, line_alpha=0)  # fmt: skip
-        lines = [fig.line("time", "mb", source=self.sources[k], color=ENGINE_COLORS.get(k, "black"),
-                          line_width=2, legend_label=f"{k} scheduler") for k in kinds]  # fmt: skip
-        # What the automatic ranges span before the first RSS sample: the
-        # minute before the page was made, 0 to 100 MiB, drawn by an
-        # invisible line. Over empty sources alone both ranges are NaN, and
-        # BokehJS warns "could not set initial ranges" at every paint (and
-        # draws no axes) until the engines answer (the blocks chart shares
-        # the x range). :meth:`extend` empties it at the first sample: from
-        # then on the ranges follow the data alone (pan, zoom and reset as
-        # before).
-        now = time.time() * 1000
-        self.blank = ColumnDataSource({"time": [now - 60_000, now], "mb": [0.0, 100.0]}, name="sg-rss-blank")
-        blank = fig.line("time", "mb", source=self.blank, line_alpha=0)
+        self._series(fig, kinds, "sg-rss", 100.0, ("MiB", "@mb{0.0}"), "waiting for the engines' first RSS sample")
         fig.legend.location = "top_left"
-        fig.y_range.only_visible = True
-        fig.y_range.renderers = [*lines, blank]
-        fig.xaxis.formatter = _time_formatter()
-        fig.xaxis.ticker.desired_num_ticks = 6
-        fig.add_tools(HoverTool(tooltips=[("MiB", "@mb{0.0}")], mode="vline", renderers=lines))
-        self.waiting = waiting_label(fig, "waiting for the engines' first RSS sample")
         self.figure = lean(fig)
 
-    def extend(self, kind: str, points: list) -> None:
-        """Stream ``(time ms, MiB)`` points of ``kind`` (a document callback);
-        the first empties the stand-in range (see ``__init__``)."""
-        if not points:
-            return
-        self.sources[kind].stream({"time": [p[0] for p in points], "mb": [p[1] for p in points]}, 3000)
-        if self.blank.data["time"]:
-            self.blank.data = {"time": [], "mb": []}
-            self.waiting.visible = False
+
+class CpuView(_EngineSeries):
+    """Each scheduler process's CPU use (read by pid, % of one core) on the
+    RSS chart's time axis, with the jobs' stages shaded: stock's in the upper
+    half of the chart, slim's in the lower (hover: engine, job, stage)."""
+
+    Y = "cpu"
+
+    def __init__(self, kinds: tuple[str, ...], x_range) -> None:
+        from bokeh.models import ColumnDataSource, DataRange1d, HoverTool, Range1d, Title
+        from bokeh.plotting import figure
+
+        self.kinds = kinds
+        self.stages = ColumnDataSource({"left": [], "right": [], "bottom": [], "top": [], "kind": [], "stage": [],
+                                        "job": [], "color": []}, name="sg-stages")  # fmt: skip
+        fig = figure(title=Title(text="CPU of each scheduler process, % of one core (shaded: the jobs' "
+                                      "stages, stock's above, slim's below)"),
+                     x_axis_type="datetime", y_axis_label="% CPU", height=220, sizing_mode="stretch_width",
+                     name="sg-cpu-figure", x_range=x_range, y_range=DataRange1d(start=0),
+                     tools="xpan,xwheel_zoom,reset,save", toolbar_location="right")  # fmt: skip
+        # the stages on a 0..1 range of their own: each engine's half of the
+        # chart whatever the CPU axis spans
+        fig.extra_y_ranges = {"stages": Range1d(0, 1)}
+        shades = fig.quad(left="left", right="right", bottom="bottom", top="top", source=self.stages,
+                          y_range_name="stages", fill_color="color", fill_alpha=0.8, line_alpha=0,
+                          legend_field="stage")  # fmt: skip
+        self._series(fig, kinds, "sg-cpu", 100.0, ("CPU", "@cpu{0} %"), "waiting for the engines' first CPU reading")
+        # the legend (engines, then the stages shaded) below the plot: inside,
+        # it covered the first seconds of the lines
+        legend = fig.legend[0]
+        fig.add_layout(legend, "below")
+        legend.orientation = "horizontal"
+        legend.location = "center"
+        legend.label_text_font_size = "8pt"
+        fig.add_tools(HoverTool(tooltips=[("engine", "@kind"), ("job", "@job"), ("stage", "@stage")],
+                                renderers=[shades]))  # fmt: skip
+        self.figure = lean(fig)
+
+    def show_stages(self, jobs: list) -> None:
+        """Shade the stages of ``jobs`` (a stage still running up to now)."""
+        from slimgraph.instrument.stages import STAGE_LABELS, STAGES
+        from slimgraph.views.palette import STAGE_COLORS
+
+        now = time.time()
+        rows: dict[str, list] = {c: [] for c in self.stages.data}
+        # (stage by stage: the legend names them in the order of their first rows)
+        for stage, job, k, life in sorted(((st, j, k, life) for j in jobs for k, life in list(j.life.items())
+                                           for st in STAGE_LABELS), key=lambda r: STAGES.index(r[0])):  # fmt: skip
+            half = (0.5, 1.0) if k == "stock" or len(self.kinds) == 1 else (0.0, 0.5)
+            a, b = life.bounds.get(stage) or (None, None)
+            if a is not None:
+                rows["left"].append(a * 1000)
+                rows["right"].append((now if b is None else b) * 1000)
+                rows["bottom"].append(half[0])
+                rows["top"].append(half[1])
+                rows["kind"].append(k)
+                rows["stage"].append(STAGE_LABELS[stage])
+                rows["job"].append(job.label)
+                rows["color"].append(STAGE_COLORS[stage])
+        if rows != self.stages.data:
+            self.stages.data = rows
 
 
 class BlocksView:
@@ -264,9 +360,12 @@ class App:
         #: since building the page's Bokeh models is most of a page load
         self.views: Views | None = None
         self.rss: RssView | None = None
+        self.cpu: CpuView | None = None
         self._seen = dict.fromkeys(self.kinds, 0)
-        self._rss_seq = dict.fromkeys(self.kinds, 0)
-        self._rss_last = dict.fromkeys(self.kinds, 0.0)
+        #: per (series, kind): the poller's count of its points, and the
+        #: time of the last one drawn (series "rss" and "cpu")
+        self._series_seq = {(s, k): 0 for s in ("rss", "cpu") for k in self.kinds}
+        self._series_last = {(s, k): 0.0 for s in ("rss", "cpu") for k in self.kinds}
         self._blocks_seq = dict.fromkeys(self.kinds, 0)
         self._blocks_last = dict.fromkeys(self.kinds, 0.0)
         self.blocks: BlocksView | None = None
@@ -305,6 +404,11 @@ class App:
             pn.widgets.CheckBoxGroup, name="Submission options", options=[OPT_LAZY, OPT_INGEST, OPT_MEMRAY], value=[OPT_LAZY],
             inline=False, sizing_mode="stretch_width",
         )  # fmt: skip
+        # how far a computed job goes: to the end, or cancelled N s after its
+        # ingestion (as ``bench --mode life --compute-seconds N``)
+        self.cancel_after = pn.widgets.TextInput(label="Cancel after N s (empty: to the end)",
+                                                 value="", placeholder="to the end", sizing_mode="stretch_width")
+        self.options.param.watch(lambda e: setattr(self.cancel_after, "disabled", OPT_INGEST in e.new), "value")
         self.submit = _widget(pn.widgets.Button, label="Submit", button_type="primary")
         self.cancel = pn.widgets.Button(label="Cancel", disabled=True)
         self.submit.on_click(self._on_submit)
@@ -324,7 +428,8 @@ class App:
             note = ("Each engine is a scheduler process of its own with its workers, "
                     "started by this app.")  # fmt: skip
         note += ("<br>Options: <i>lazy containers</i> = the slimgraph.lazy-containers setting; "
-                 "<i>ingest only</i> releases the graph after update_graph (no compute); "
+                 "<i>ingest only</i> releases the graph after update_graph (no compute); otherwise it is "
+                 "computed to the end, or cancelled the seconds given after its ingestion; "
                  "<i>memray</i> captures the scheduler's update_graph (peak, top sites, flamegraph download).")
         self.mode_note = pn.pane.HTML(f"<small>{note}</small>", sizing_mode="stretch_width")
         self.summary = pn.pane.HTML(
@@ -332,7 +437,7 @@ class App:
             "Its figures appear here, stock beside slim.</i></div>",
             sizing_mode="stretch_width", stylesheets=[summary.SUMMARY_CSS],
         )  # fmt: skip
-        # ~30 columns (per engine, and their ratios) are wider than any
+        # ~60 columns (per engine, and their ratios) are wider than any
         # window: the table scrolls sideways inside its card (never the
         # page), the job column frozen, and says so (headless Chromium and
         # overlay scrollbars show no scrollbar: columns just end at its edge)
@@ -363,6 +468,7 @@ class App:
         # tab is first shown (_blocks_card, _census_card)
         self.views = Views(kinds=self.kinds, sizing_mode="stretch_width", rss=False, census=False)
         self.rss = RssView(self.kinds)
+        self.cpu = CpuView(self.kinds, self.rss.figure.x_range)
         self._style_figures()
 
     def _style_figures(self) -> None:
@@ -414,7 +520,7 @@ class App:
             self.mode_note, self.workload, self.size, self.tasks,
             pn.pane.HTML("<div style='font-size:13px'>Scheduler (engine)</div>", margin=(5, 10, 0, 10),
                          visible=not self.mgr.remote),
-            self.kind, self.options, pn.Row(self.submit, self.cancel), self.progress,
+            self.kind, self.options, self.cancel_after, pn.Row(self.submit, self.cancel), self.progress,
             self.job_status, self.downloads, self.engine_status, sizing_mode="stretch_width",
         )  # fmt: skip
         self.cards = [
@@ -483,7 +589,9 @@ class App:
                     _figure_row([self.views.memory[k].figure for k in self.kinds]),
                     self.memory_note, self.memory_table,
                     pn.pane.Bokeh(self.rss.figure, sizing_mode="stretch_width"),
-                    title="Scheduler memory (trees drawn to one byte scale)", sizing_mode="stretch_width"),  # fmt: skip
+                    pn.pane.Bokeh(self.cpu.figure, sizing_mode="stretch_width"),
+                    title="Scheduler memory (trees drawn to one byte scale) and CPU",
+                    sizing_mode="stretch_width"),  # fmt: skip
             # made when first rendered (in the page: when their tab is first shown)
             # (ParamFunction takes functions, not bound methods)
             pn.param.ParamFunction(lambda: self._blocks_card(), lazy=True, sizing_mode="stretch_width"),
@@ -605,6 +713,18 @@ class App:
             raise ValueError(f"the task count must be a positive whole number, not {self.tasks.value!r}") from None
         return workloads.validate_tasks(n)
 
+    def _parse_cancel_after(self) -> float | None:
+        text = self.cancel_after.value.strip()
+        if not text or OPT_INGEST in self.options.value:
+            return None
+        try:
+            secs = float(text)
+        except ValueError:
+            secs = -1.0
+        if not secs >= 0 or secs == float("inf"):
+            raise ValueError(f"cancel after a number of seconds (0 or more), not {text!r}")
+        return secs
+
     def _on_submit(self, event=None) -> Job | None:
         job = current_job()
         if job is not None and job.running:
@@ -624,7 +744,7 @@ class App:
             tasks = self._parse_tasks()
             job = Job(self.mgr, self.workload.value, tasks, kinds, lazy=OPT_LAZY in self.options.value,
                       memray=OPT_MEMRAY in self.options.value, ingest_only=OPT_INGEST in self.options.value,
-                      poller=self.poll)  # fmt: skip
+                      poller=self.poll, cancel_after=self._parse_cancel_after())  # fmt: skip
         except ValueError as e:
             self._say(f"<b class='sg-error'>Cannot submit</b>: {e}")
             return None
@@ -662,7 +782,7 @@ class App:
             if e.address:
                 bits.append(f"<code class='sg-address' data-kind='{kind}'>{e.address}</code>")
             if e.pid:
-                bits.append(f"pid {e.pid}")
+                bits.append(f"<span class='sg-pid' data-kind='{kind}'>pid {e.pid}</span>")
             if snap is not None and snap.rss:
                 bits.append(f"RSS {snap.rss[-1][1]:,.0f} MiB")
             if snap is not None and snap.status:
@@ -716,13 +836,16 @@ class App:
         strip = summary.strip_html(job, figs, job.kinds)
         if self.summary.object != strip:
             self.summary.object = strip
-        key = (job.id, f"{sorted(job.flamegraphs)}{sorted(job.memray_summaries)}{sorted(job.memray_errors)}")
+        lived = sorted(k for k in job.kinds if "life" in job.results[k])
+        key = (job.id, f"{sorted(job.flamegraphs)}{sorted(job.memray_summaries)}{sorted(job.memray_errors)}{lived}", job.running)
         if key != self._shown_job:
             self._shown_job = key
             items = [pn.pane.HTML(summary.memray_html(k, job.id, summ), sizing_mode="stretch_width")
                      for k, summ in job.memray_summaries.items()]  # fmt: skip
             items += [_flamegraph_download(k, html, job.id) for k, html in job.flamegraphs.items()]
             items += [pn.pane.HTML(f"<small>memray ({k}): {err}</small>") for k, err in job.memray_errors.items()]
+            if lived and not job.running:
+                items.append(_life_download(job, lived))
             self.downloads.objects = items
 
     def _render_history(self) -> None:
@@ -746,6 +869,7 @@ class App:
         labels = dict(self.poll.book.labels)
         trees = {}
         self._render_live_shade()
+        self.cpu.show_stages(jobs()[-20:])
         for k in self.kinds:
             snap = self.poll.engines.get(k)
             if snap is None:
@@ -759,12 +883,14 @@ class App:
                                        "right": [(r.start + r.total_s) * 1000 for _, r in new],
                                        "kind": [k] * len(new),
                                        "color": [ENGINE_COLORS.get(k, "grey")] * len(new)}, 200)  # fmt: skip
-            if snap.rss_seq != self._rss_seq[k]:
-                self._rss_seq[k] = snap.rss_seq
-                pts = [p for p in list(snap.rss) if p[0] > self._rss_last[k]]
-                if pts:
-                    self._rss_last[k] = pts[-1][0]
-                    self.rss.extend(k, pts)
+            for name, view in (("rss", self.rss), ("cpu", self.cpu)):
+                seq = getattr(snap, f"{name}_seq")
+                if seq != self._series_seq[name, k]:
+                    self._series_seq[name, k] = seq
+                    pts = [p for p in list(getattr(snap, name)) if p[0] > self._series_last[name, k]]
+                    if pts:
+                        self._series_last[name, k] = pts[-1][0]
+                        view.extend(k, pts)
             if self.blocks is not None and snap.blocks_seq != self._blocks_seq[k]:
                 self._blocks_seq[k] = snap.blocks_seq
                 new_blocks = [b for b in list(snap.blocks) if b["wall_end"] > self._blocks_last[k]]

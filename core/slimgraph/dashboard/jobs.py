@@ -7,15 +7,29 @@ at once: neither shares a process or a GIL with the other. Each thread
 builds the graph (:mod:`slimgraph.workloads`, any positive size), registers
 the submission with the shared poller's :class:`~.poller.JobBook` and
 submits it with the engine's Client; the record of its update_graph comes
-from the poller (the thread never waits on a busy scheduler itself). Right
-after the record, it measures the scheduler's state at the end of the
-ingestion (sampled memory tree: state bytes per task; lazy-container
-census: bytes saved), then either computes the graph or, with
-``ingest_only``, releases it.
+from the poller (the thread never waits on a busy scheduler itself). With
+``ingest_only``, right after the record, it measures the scheduler's state
+at the end of the ingestion (sampled memory tree: state bytes per task;
+lazy-container census: bytes saved), then releases the graph; otherwise it
+computes the graph to the end, or for ``cancel_after`` seconds and then
+cancels it, without that measurement: the workers compute from the
+ingestion's end on, so the walk would be counted in the run (1.7 s of a
+4.1 s run of 2,438 delayed tasks on stock, measured).
+
+The whole life: on an engine the app started (its scheduler's pid known),
+each thread records the graph's life in stages (ingest, run, release) as
+``bench --mode life`` does, into the same records
+(:class:`slimgraph.instrument.stages.LifeRecords`: the scheduler process's
+CPU and RSS read by pid every 20 ms, its event-loop blocks, the stage
+bounds, the tasks completed) and turns them into figures with the same
+function (:func:`~slimgraph.instrument.stages.life_figures`). The release
+ends when the scheduler holds no task (one job runs at a time). Every
+stage holds the poller's reads too (docs/dashboard.md).
 
 Cancel cancels the futures and keeps everything measured so far: a stock
 update_graph cannot be interrupted, so its record still arrives and is
-kept.
+kept. A computing thread cancels its own future, after reading how many
+tasks completed (a cancelled task is forgotten, and would count as done).
 
 The app reads a job's plain attributes from its periodic callback; the job
 never touches Panel objects.
@@ -97,7 +111,7 @@ def progress_fraction(states: dict) -> tuple[int, int]:
 class Job:
     def __init__(self, manager, workload: str, tasks: int, kinds: tuple[str, ...],
                  lazy: bool = True, memray: bool = False, ingest_only: bool = False,
-                 poller: Any = None):  # fmt: skip
+                 poller: Any = None, cancel_after: float | None = None):  # fmt: skip
         if workload not in workloads.WORKLOADS:
             raise ValueError(f"unknown workload {workload!r}; choose one of "
                              f"{', '.join(workloads.WORKLOADS)}")  # fmt: skip
@@ -114,6 +128,11 @@ class Job:
         self.lazy = lazy
         self.memray = memray
         self.ingest_only = ingest_only
+        if cancel_after is not None and not cancel_after >= 0:
+            raise ValueError(f"cancel after a number of seconds >= 0, not {cancel_after!r}")
+        #: seconds after the ingestion's end at which the computation is
+        #: cancelled (None: computed to the end)
+        self.cancel_after = None if ingest_only else cancel_after
         #: per engine: queued / starting / building / ingesting / measuring /
         #: computing / released / done / cancelled / error
         self.phases: dict[str, str] = dict.fromkeys(self.kinds, "queued")
@@ -134,10 +153,17 @@ class Job:
         #: the poller keeps its live one: (icicle columns, ntasks, sample,
         #: total bytes). The dashboard shows it once the tasks are released.
         self.trees: dict[str, tuple] = {}
+        #: per engine: the records of the graph's life (LifeRecords; their
+        #: ``bounds`` grow stage by stage while the job runs)
+        self.life: dict[str, Any] = {}
         self.started = time.time()
         self.finished: float | None = None
         self._cancel = threading.Event()
         self._futures: dict[str, Any] = {}
+        self._samplers: dict[str, Any] = {}
+        #: engines whose future Cancel cancelled before their run began
+        #: (their cancelled tasks are forgotten: what completed is unknown)
+        self._cancelled_early: set[str] = set()
         self._threads = [threading.Thread(target=self._run_one_safe, args=(k,),
                                           name=f"slimgraph-job-{self.id}-{k}", daemon=True)
                          for k in self.kinds]  # fmt: skip
@@ -154,9 +180,14 @@ class Job:
 
     @property
     def settings(self) -> str:
-        return ", ".join([f"lazy {'on' if self.lazy else 'off'}",
-                          "ingest only" if self.ingest_only else "compute",
+        return ", ".join([f"lazy {'on' if self.lazy else 'off'}", self.how_far,
                           *(["memray"] if self.memray else [])])  # fmt: skip
+
+    @property
+    def how_far(self) -> str:
+        if self.ingest_only:
+            return "ingest only"
+        return "to the end" if self.cancel_after is None else f"cancel after {self.cancel_after:g} s"
 
     @property
     def phase(self) -> str:
@@ -197,9 +228,13 @@ class Job:
         self._waiter.join(timeout)
 
     def cancel(self) -> None:
-        """Cancel the computations; what was measured stays."""
+        """Cancel the computations; what was measured stays. (A computing
+        thread cancels its own, within 0.1 s: see the module docstring.)"""
         self._cancel.set()
         for kind, fut in list(self._futures.items()):
+            if self.phases.get(kind) == "computing":
+                continue
+            self._cancelled_early.add(kind)
             try:
                 fut.cancel()
             except Exception:  # noqa: BLE001
@@ -220,6 +255,9 @@ class Job:
             self.phases[kind], self.messages[kind] = "error", f"{type(e).__name__}: {e}"
         finally:
             self._futures.pop(kind, None)
+            sampler = self._samplers.pop(kind, None)
+            if sampler is not None:  # (a failed job's, still reading)
+                sampler.stop()
 
     def _say(self, kind: str, phase: str, message: str) -> None:
         self.phases[kind], self.messages[kind] = phase, message
@@ -250,22 +288,44 @@ class Job:
             self.poller.book.expect(self.id, kind, c.id, after_id, self.axis_label)
         self.submitted_at[kind] = time.monotonic()
         self._say(kind, "ingesting", "submitted; update_graph running")
+        life = None
+        if e.pid is not None:
+            from slimgraph.instrument.stages import LifeRecords, Sampler
+
+            sampler = self._samplers[kind] = Sampler(e.pid).start()
+            life = self.life[kind] = LifeRecords(tasks=0, samples=sampler.samples)
+            life.bounds["ingest"] = [time.time(), None]
         fut = c.compute(obj)
         self._futures[kind] = fut
         del obj
         rec = self._wait_record(kind)
+        if life is not None and rec is None:  # (no record: no stages)
+            sampler.stop()
+            del self.life[kind]
+            life = None
+        if life is not None:
+            life.tasks = rec.tasks
+            life.bounds["ingest"][1] = rec.start + rec.total_s
+            if not self.ingest_only:
+                life.bounds["run"] = [life.bounds["ingest"][1], None]
         if rec is not None:
             res.update(record=rec.submission_id, tasks=rec.tasks, update_graph_s=rec.total_s)
             if rec.status == "OK" and rec.tasks and not self.memray:
                 _rates.setdefault((kind, self.workload), []).append((rec.tasks, rec.total_s / rec.tasks))
-            self._say(kind, "measuring", "measuring the scheduler's state after the ingestion")
-            self._measure_state(feed, res, kind)
+            if self.ingest_only:
+                self._say(kind, "measuring", "measuring the scheduler's state after the ingestion")
+                self._measure_state(feed, res, kind)
         if self.ingest_only:
+            if life is not None:
+                life.bounds["release"] = [time.time(), None]
             fut.release()
             res["status"] = "released"
             self._say(kind, "released", self._summary_line(res, "released after update_graph"))
         else:
-            self._compute(kind, fut, res)
+            self._compute(kind, fut, res, life, feed)
+        del fut
+        if life is not None:
+            self._end_life(kind, feed, res, life, sampler)
         if memray_path is not None:
             self._collect_memray(feed, kind, memray_path)
 
@@ -306,18 +366,33 @@ class Job:
         except Exception as ex:  # noqa: BLE001
             res["measure_error"] = f"{type(ex).__name__}: {ex}"
 
-    def _compute(self, kind: str, fut, res: dict) -> None:
+    def _compute(self, kind: str, fut, res: dict, life: Any = None, feed: Any = None) -> None:
+        from slimgraph.instrument.stages import completed
+
         t1 = time.perf_counter()
         self._say(kind, "computing", "computing")
-        while not fut.done() and not self._cancel.is_set():
+        ended = threading.Event()
+        fut.add_done_callback(lambda _: ended.set())
+        # (the run's end, when asked for: N s after the ingestion's end)
+        until = None if self.cancel_after is None or life is None else life.bounds["run"][0] + self.cancel_after
+        while not ended.is_set() and not self._cancel.is_set() and (until is None or time.time() < until):
             snap = self.poller.engine(kind) if self.poller is not None else None
             st = (snap.status or {}) if snap is not None else {}
             if st.get("states"):
                 self.progress_by_kind[kind] = progress_fraction(st["states"])
             done, total = self.progress_by_kind.get(kind, (0, 0))
             self.messages[kind] = f"computing {done:,}/{total:,} tasks ({time.perf_counter() - t1:.1f} s)"
-            time.sleep(0.25)
-        if self._cancel.is_set() and not fut.done():
+            ended.wait(max(0.0, min(0.1, until - time.time())) if until is not None else 0.1)
+        if life is not None:
+            life.bounds["run"][1] = time.time()
+            try:  # (before a cancel: a cancelled task is forgotten, as a done one is)
+                if kind not in self._cancelled_early:
+                    life.completed = completed(life.tasks, feed.sync(feed.status, timeout=60)["states"])
+            except Exception as ex:  # noqa: BLE001
+                res["life_error"] = f"{type(ex).__name__}: {ex}"
+            life.bounds["release"] = [time.time(), None]
+        planned = until is not None and not fut.done() and not self._cancel.is_set()
+        if (self._cancel.is_set() or planned) and not fut.done():
             try:
                 fut.cancel()
             except Exception:  # noqa: BLE001
@@ -330,15 +405,44 @@ class Job:
                 res["error"] = repr(fut.exception(timeout=5))
             except Exception as ex:  # noqa: BLE001
                 res["error"] = repr(ex)
-        elif status == "cancelled" and not self._cancel.is_set():
+        elif status == "cancelled" and not self._cancel.is_set() and not planned:
             res["error"] = self._why_cancelled(fut)
         res["compute_s"] = time.perf_counter() - t1
         if status == "finished":
             _, total = self.progress_by_kind.get(kind, (1, 1))
             self.progress_by_kind[kind] = (total or 1, total or 1)
         fut.release()
-        phase = "done" if status == "finished" else ("cancelled" if self._cancel.is_set() else "error")
-        self._say(kind, phase, res.get("error") or self._summary_line(res, f"computed in {res['compute_s']:.1f} s"))
+        if planned:
+            phase, tail = "done", f"cancelled {self.cancel_after:g} s after its ingestion, as asked"
+        else:
+            phase = "done" if status == "finished" else ("cancelled" if self._cancel.is_set() else "error")
+            tail = f"computed in {res['compute_s']:.1f} s"
+        self._say(kind, phase, res.get("error") or self._summary_line(res, tail))
+
+    def _end_life(self, kind: str, feed, res: dict, life: Any, sampler: Any, timeout: float = 900) -> None:
+        """The release stage's end (the scheduler holds no task), then the
+        life's figures into ``res["life"]``."""
+        from slimgraph.instrument.stages import life_figures, settled_blocks
+
+        message = self.messages[kind]
+        self.messages[kind] = message + "; releasing"
+        try:
+            deadline = time.monotonic() + timeout
+            while feed.sync(feed.status, timeout=60)["tasks"] and time.monotonic() < deadline:
+                time.sleep(0.02)
+            life.bounds["release"][1] = time.time()
+            sampler.stop()
+            life.blocks = settled_blocks(lambda: [(b["wall_end"], b["seconds"]) for b in feed.sync(
+                feed.loop_blocks, life.bounds["ingest"][0], timeout=60)], life.bounds["release"][1])  # fmt: skip
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the scheduler still held tasks {timeout:.0f} s after the release")
+            res["life"] = life_figures(life)
+        except Exception as ex:  # noqa: BLE001
+            res["life_error"] = f"{type(ex).__name__}: {ex}"
+        finally:
+            sampler.stop()
+        err = res.get("life_error")
+        self.messages[kind] = message + (f" (its whole life not measured: {err})" if err else "")
 
     @staticmethod
     def _why_cancelled(fut) -> str:

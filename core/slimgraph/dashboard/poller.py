@@ -13,9 +13,10 @@ waits for a scheduler.
 
 What is polled, per engine:
 
-- every :data:`PERIOD_S`: the process's RSS by pid (psutil: no scheduler
-  involved, so it keeps coming while stock's loop is blocked; it is the same
-  figure the process reports for itself), and, when the previous call has
+- every :data:`PERIOD_S`: the process's RSS and CPU use by pid (psutil: no
+  scheduler involved, so they keep coming while stock's loop is blocked; the
+  RSS is the same figure the process reports for itself; the CPU use is the
+  CPU seconds since the previous read over the time since it), and, when the previous call has
   answered, the extension's ``status`` and the records after the last one
   seen. A call that has not answered is left running (never a second one
   behind it): the engine shows "not answering for N s" instead;
@@ -120,6 +121,11 @@ class EngineSnapshot:
     #: (time in ms since the epoch, MiB) of the scheduler process
     rss: deque = field(default_factory=lambda: deque(maxlen=RSS_POINTS))
     rss_seq: int = 0
+    #: (time in ms since the epoch, % of one core) of the scheduler process
+    #: since the previous read; ``cpu_read`` is that read (time, CPU seconds)
+    cpu: deque = field(default_factory=lambda: deque(maxlen=RSS_POINTS))
+    cpu_seq: int = 0
+    cpu_read: tuple | None = None
     status: dict | None = None
     #: monotonic time of the last answer, and since when a call is pending
     answered_at: float | None = None
@@ -219,8 +225,16 @@ class Poller:
             now_ms = time.time() * 1000
             if entry.pid is not None:
                 try:
-                    snap.rss.append((now_ms, psutil.Process(entry.pid).memory_info().rss / 2**20))
+                    proc = psutil.Process(entry.pid)
+                    with proc.oneshot():
+                        t, rss = proc.cpu_times(), proc.memory_info().rss
+                    snap.rss.append((now_ms, rss / 2**20))
                     snap.rss_seq += 1
+                    read = (now_ms / 1000, t.user + t.system)
+                    if snap.cpu_read is not None and read[0] > snap.cpu_read[0]:
+                        snap.cpu.append((now_ms, 100 * (read[1] - snap.cpu_read[1]) / (read[0] - snap.cpu_read[0])))
+                        snap.cpu_seq += 1
+                    snap.cpu_read = read
                 except psutil.Error:
                     pass
             if kind not in self._feeds:

@@ -2,8 +2,10 @@
 
 Pure (no Panel, no network): figures come from the engine's
 :class:`~slimgraph.instrument.records.SubmissionRecord` of the job's
-update_graph and what the job measured right after it (state bytes from a
-sampled memory tree, bytes saved by lazy containers). The app shows them as a
+update_graph, what the job measured right after it (state bytes from a
+sampled memory tree, bytes saved by lazy containers) and the figures of the
+graph's whole life (:func:`slimgraph.instrument.stages.life_figures` of the
+job's records, as ``bench --mode life`` computes its own). The app shows them as a
 strip (latest job) and a history table (every job; CSV export); the browser
 test checks the strip against the records themselves.
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import html
 from typing import Any
+
+from slimgraph.instrument.stages import STAGE_LABELS
 
 #: Engine colours (colour-blind safe, distinct from the phase colours).
 #: Defined here until ``slimgraph.views.palette`` exists; the one place the app takes them from.
@@ -27,11 +31,25 @@ FIGURES = (
     ("lazy_saved_bytes", "saved by lazy containers", "B"),
 )
 
+#: figures whose stock/slim ratio says nothing
+NO_RATIO = ("lazy_saved_bytes", "completed")
+
+#: the whole life's figures (:func:`life_keys`), after :data:`FIGURES`
+LIFE_FIGURES = (
+    *((f"{stage}_cpu_us_per_task", ("scheduler CPU per task: " if i == 0 else "&nbsp;&nbsp;") + label, "us")
+      for i, (stage, label) in enumerate((*STAGE_LABELS.items(), ("whole", "whole life")))),
+    *((f"{stage}_longest_block_s", ("longest loop block: " if i == 0 else "&nbsp;&nbsp;") + label, "s")
+      for i, (stage, label) in enumerate(STAGE_LABELS.items())),
+    ("peak_rss_growth_bytes", "peak RSS growth over the life", "B"),
+    ("completed", "tasks completed", "n"),
+    ("tasks_per_s", "tasks completed per second (run)", "/s"),
+)
+
 
 def engine_figures(rec: Any, measured: dict | None = None) -> dict:
     """One engine's figures for one job (None where not measured)."""
     m = measured or {}
-    out: dict[str, Any] = dict.fromkeys(k for k, _, _ in FIGURES)
+    out: dict[str, Any] = dict.fromkeys(k for k, _, _ in (*FIGURES, *LIFE_FIGURES))
     if rec is not None:
         tasks = int(rec.tasks)
         out["tasks"] = tasks
@@ -60,6 +78,19 @@ def engine_figures(rec: Any, measured: dict | None = None) -> dict:
         out["state_per_task"] = m["state_bytes"] / m["state_tasks"]
     if m.get("lazy_saved_bytes") is not None:
         out["lazy_saved_bytes"] = float(m["lazy_saved_bytes"])
+    out.update(life_keys(m.get("life")))
+    return out
+
+
+def life_keys(life: dict | None) -> dict:
+    """:data:`LIFE_FIGURES` of one engine's ``life_figures`` (empty: none;
+    None: a stage not lived, such as an "ingest only" job's run)."""
+    if not life:
+        return {}
+    spans = {**life["stages"], "whole": life.get("whole")}
+    out = {f"{stage}_cpu_us_per_task": (spans.get(stage) or {}).get("cpu_us_per_task") for stage in spans}
+    out.update({f"{stage}_longest_block_s": (spans.get(stage) or {}).get("longest_block_s") for stage in STAGE_LABELS})
+    out.update({k: life.get(k) for k in ("peak_rss_growth_bytes", "completed", "tasks_per_s")})
     return out
 
 
@@ -77,6 +108,10 @@ def fmt(value: float | None, unit: str) -> str:
         return f"{value * 1e3:,.1f} ms" if abs(value) < 1 else f"{value:,.2f} s"
     if unit == "us":
         return f"{value:,.1f} us"
+    if unit == "/s":
+        return f"{value:,.0f} /s"
+    if unit == "n":
+        return f"{value:,.0f}"
     if unit == "B":
         from slimgraph.instrument.memory import fmt_bytes
 
@@ -93,12 +128,12 @@ def history_row(job: Any, figures: dict[str, dict]) -> dict:
     for kind in ("stock", "slim"):
         f = figures.get(kind) or {}
         row[f"{kind} tasks"] = f.get("tasks")
-        for key, _, _ in FIGURES:
+        for key, _, _ in (*FIGURES, *LIFE_FIGURES):
             row[f"{kind} {key}"] = f.get(key)
         row[f"{kind} ingestion"] = f.get("ingestion")
         row[f"{kind} materialization"] = f.get("materialization")
-    for key, _, _ in FIGURES:
-        if key != "lazy_saved_bytes":
+    for key, _, _ in (*FIGURES, *LIFE_FIGURES):
+        if key not in NO_RATIO:
             row[f"ratio {key}"] = ratio((figures.get("stock") or {}).get(key),
                                         (figures.get("slim") or {}).get(key))  # fmt: skip
     return row
@@ -124,35 +159,17 @@ def strip_html(job: Any, figures: dict[str, dict], kinds: tuple[str, ...]) -> st
     both = "stock" in kinds and "slim" in kinds
     if both:
         head += "<th>stock / slim</th>"
-    rows = []
-    for key, label, unit in FIGURES:
-        cells = []
-        for k in kinds:
-            f = figures.get(k) or {}
-            v = f.get(key)
-            dv = "" if v is None else repr(float(v))
-            shown = fmt(v, unit)
-            if key == "own_block_s" and v is None and f.get("own_block_known"):
-                shown = "&lt; 50 ms"
-            title = ""
-            if key == "longest_block_s" and f.get("block_causes"):
-                title = " title='" + html.escape("; ".join(
-                    f"{cause} {c['seconds']:.2f} s ({c['label']})" for cause, c in
-                    sorted(f["block_causes"].items(), key=lambda kv: -kv[1]["seconds"])), quote=True) + "'"
-            cells.append(f"<td class='sg-fig' data-kind='{k}' data-key='{key}' data-value='{dv}'{title}>"
-                         f"{shown}</td>")  # fmt: skip
-        if both and key == "lazy_saved_bytes":
-            cells.append("<td class='sg-ratio' data-key='lazy_saved_bytes'></td>")
-        elif both:
-            r = ratio((figures.get("stock") or {}).get(key), (figures.get("slim") or {}).get(key))
-            cells.append(f"<td class='sg-ratio' data-key='{key}'>{'-' if r is None else f'{r:,.1f}x'}</td>")
-        rows.append(f"<tr><th scope='row'>{label}</th>{''.join(cells)}</tr>")
+    rows = _figure_rows(FIGURES, figures, kinds, both)
     ing = "".join(f"<td data-kind='{k}' data-key='ingestion'>{(figures.get(k) or {}).get('ingestion') or '-'}</td>"
                   for k in kinds)  # fmt: skip
     rows.append(f"<tr><th scope='row'>how it was ingested</th>{ing}{'<td></td>' if both else ''}</tr>")
     mat = "".join(f"<td data-kind='{k}' data-key='materialization'>"
                   f"{html.escape((figures.get(k) or {}).get('materialization') or '-')}</td>" for k in kinds)  # fmt: skip
     rows.append(f"<tr><th scope='row'>how it was materialized</th>{mat}{'<td></td>' if both else ''}</tr>")
+    if any((figures.get(k) or {}).get("whole_cpu_us_per_task") is not None for k in kinds):
+        rows.append(f"<tr class='sg-life-head'><th scope='rowgroup' colspan='{len(kinds) + 1 + both}'>the whole life "
+                    f"({job.how_far}): the scheduler process's CPU, read by pid, per stage</th></tr>")
+        rows += _figure_rows(LIFE_FIGURES, figures, kinds, both)
     tasks = ", ".join(f"{k} {(figures.get(k) or {}).get('tasks') or 0:,}" for k in kinds)
     return (f"<div class='sg-summary' data-job='{job.id}'>"
             f"<div class='sg-summary-title'><b>{job.label}</b> &middot; {job.settings} &middot; "
@@ -161,12 +178,42 @@ def strip_html(job: Any, figures: dict[str, dict], kinds: tuple[str, ...]) -> st
             f"<tbody>{''.join(rows)}</tbody></table></div>")  # fmt: skip
 
 
+def _figure_rows(spec: tuple, figures: dict[str, dict], kinds: tuple[str, ...], both: bool) -> list[str]:
+    """The strip's rows of the figures of ``spec`` ((key, label, unit)...)."""
+    rows = []
+    for key, label, unit in spec:
+        cells = []
+        for k in kinds:
+            f = figures.get(k) or {}
+            v = f.get(key)
+            dv = "" if v is None else repr(float(v))
+            shown = fmt(v, unit)
+            if key == "own_block_s" and v is None and f.get("own_block_known") or \
+                    key.endswith("_longest_block_s") and v == 0:  # (the loop monitor keeps blocks of 50 ms up)
+                shown = "&lt; 50 ms"
+            title = ""
+            if key == "longest_block_s" and f.get("block_causes"):
+                title = " title='" + html.escape("; ".join(
+                    f"{cause} {c['seconds']:.2f} s ({c['label']})" for cause, c in
+                    sorted(f["block_causes"].items(), key=lambda kv: -kv[1]["seconds"])), quote=True) + "'"
+            cells.append(f"<td class='sg-fig' data-kind='{k}' data-key='{key}' data-value='{dv}'{title}>"
+                         f"{shown}</td>")  # fmt: skip
+        if both and key in NO_RATIO:
+            cells.append(f"<td class='sg-ratio' data-key='{key}'></td>")
+        elif both:
+            r = ratio((figures.get("stock") or {}).get(key), (figures.get("slim") or {}).get(key))
+            cells.append(f"<td class='sg-ratio' data-key='{key}'>{'-' if r is None else f'{r:,.1f}x'}</td>")
+        rows.append(f"<tr><th scope='row'>{label}</th>{''.join(cells)}</tr>")
+    return rows
+
+
 SUMMARY_CSS = f"""
 .sg-summary-title {{ margin: 0 0 6px 0; font-size: 14px; }}
 .sg-summary-table {{ border-collapse: collapse; font-size: 13px; width: 100%; max-width: 900px; }}
 .sg-summary-table th, .sg-summary-table td {{ padding: 3px 10px; border-bottom: 1px solid #ddd; text-align: right; }}
 .sg-summary-table th[scope=row] {{ text-align: left; font-weight: normal; color: #333; }}
 .sg-summary-table .sg-ratio {{ font-weight: bold; }}
+.sg-summary-table .sg-life-head th {{ text-align: left; padding-top: 10px; font-weight: bold; }}
 .sg-kind-stock {{ color: {ENGINE_COLORS["stock"]}; }}
 .sg-kind-slim {{ color: {ENGINE_COLORS["slim"]}; }}
 """

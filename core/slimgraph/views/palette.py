@@ -83,6 +83,15 @@ CAUSE_COLORS = {
 }
 assert set(CAUSE_COLORS) == set(CAUSES), "a cause without a colour"
 
+#: A graph's stages (:data:`slimgraph.instrument.stages.STAGES`), shaded
+#: behind the scheduler CPU chart: Paul Tol's pale colours, under the
+#: engines' lines; none a phase's or an engine's colour.
+STAGE_COLORS = {
+    "ingest": "#EEEEBB",  # pale yellow
+    "run": "#CCDDAA",  # pale green
+    "release": "#FFCCCC",  # pale red
+}
+
 #: What stock's eager sets would hold (a dashed line beside an engine's own).
 EAGER_COLOR = "#777777"
 
