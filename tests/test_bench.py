@@ -40,6 +40,9 @@ def test_bench_command_writes_both_kinds_and_the_limits(tmp_path):
         # then the whole graph released (the child checks that no task is left)
         assert run["release_seconds"] > 0
         assert 0 < run["release_block_seconds"] <= run["release_seconds"]
+        # the process's CPU while it released: some, and no more than two
+        # cores could give in that time
+        assert 0 < run["release_cpu_seconds"] <= 2 * run["release_seconds"] + 0.05
     assert "its longest block" in proc.stdout
     assert "order" in result["slim"]["phases"] and "order" in result["stock"]["phases"]
     assert result["ratios"]["total"] > 0
@@ -53,6 +56,7 @@ def test_bench_command_writes_both_kinds_and_the_limits(tmp_path):
     assert "stock/slim" in proc.stdout
     assert "sending, us/task" in proc.stdout and result["ratios"]["sending"] > 0
     assert "release the graph" in proc.stdout and result["ratios"]["release"] > 0
+    assert "its CPU (process)" in proc.stdout and result["ratios"]["release_cpu"] > 0
 
 
 def _tree(n: int):

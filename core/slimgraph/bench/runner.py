@@ -32,7 +32,8 @@ and materialize cause to another thread when they run in a worker thread.
            serializing compute-task messages for a sample of the tasks),
            "release_seconds" (the client releasing the whole graph: its
            cancel, until the scheduler holds none of its tasks),
-           "release_block_seconds" (the longest block of the loop in it)}
+           "release_block_seconds" (the longest block of the loop in it),
+           "release_cpu_seconds" (the process's CPU in it, all threads)}
 """
 from __future__ import annotations
 
@@ -163,6 +164,7 @@ def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: 
             "sending": _ratio((s.get("sending") or {}).get("seconds"), (m.get("sending") or {}).get("seconds")),
             "release": _ratio(s.get("release_seconds"), m.get("release_seconds")),
             "release_block": _ratio(s.get("release_block_seconds"), m.get("release_block_seconds")),
+            "release_cpu": _ratio(s.get("release_cpu_seconds"), m.get("release_cpu_seconds")),
         }
     if json_path:
         with open(json_path, "w") as f:
@@ -232,6 +234,7 @@ def format_table(result: dict) -> str:
     lines += format_sending(result, kinds, pair)
     lines.append(row("release the graph", [result[k].get("release_seconds") for k in kinds]))
     lines.append(row("  its longest block", [result[k].get("release_block_seconds") for k in kinds]))
+    lines.append(row("  its CPU (process)", [result[k].get("release_cpu_seconds") for k in kinds]))
     blocks = [result[k].get("longest_block_seconds") for k in kinds]
     lines.append("")
     lines.append(f"{'longest loop block':<20}" + "".join(f"{_fmt(b, '.3f') + ' s':>25}" for b in blocks))
