@@ -100,7 +100,7 @@ def test_life_mode_measures_every_stage_for_both_engines(tmp_path):
     out = tmp_path / "life.json"
     proc = subprocess.run(
         [sys.executable, "-m", "slimgraph", "bench", "--mode", "life", "--workload", "delayed",
-         "--tasks", "2000", "--workers", "1", "--json", str(out), "--profiles", str(tmp_path / "prof")],
+         "--tasks", "4000", "--workers", "1", "--json", str(out), "--profiles", str(tmp_path / "prof")],
         capture_output=True, text=True, timeout=540,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -121,8 +121,10 @@ def test_life_mode_measures_every_stage_for_both_engines(tmp_path):
         assert run["profile"] == "py-spy", run["profile"]
         split = run["stages"]["run"]["by_what"]
         assert sum(split.values()) == pytest.approx(run["stages"]["run"]["cpu_s"])
-        # the run completes tasks: their transitions are seen by kind
-        assert any(c.startswith("transition ") for c in split), split
+        # the run completes tasks: their transitions are seen (by kind, or
+        # in distributed's dispatch between them: py-spy samples a short
+        # run only a few dozen times, and a loaded machine gave a dozen)
+        assert any(c.startswith("transition") for c in split), split
         # the figures are those of the records kept beside them (the
         # dashboard's jobs compute theirs alike: slimgraph.instrument.stages)
         figures = life_figures(LifeRecords.from_dict(run["records"]))
