@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from slimgraph.bench.life import IDLE, STAGES, categorize, parse_raw
-from slimgraph.instrument.stages import LifeRecords, completed, cpu_at, life_figures, settled_blocks
+from slimgraph.instrument.stages import PARTS, LifeRecords, completed, cpu_at, life_figures, settled_blocks
+from slimgraph.instrument.whatran import parse_parts, part
 
 S = "distributed/scheduler.py"
 
@@ -58,6 +59,41 @@ def test_py_spy_raw_lines_are_counted_by_category_and_idle_samples_dropped():
     assert got == {"transition waiting->processing": 7, "serialization": 3}
 
 
+def test_a_run_sample_is_dispatch_or_completions_by_the_innermost_step_it_is_in():
+    """Dispatch and completions interleave: a sample is dispatch inside one of
+    the steps of sending a ready task (distributed's or slimgraph's),
+    completions inside the handling of a worker's results, else other."""
+    root = [("_run_module_as_main", "<frozen runpy>"), ("BaseEventLoop._run_once", "asyncio/base_events.py")]
+    handler = root + [("Scheduler.handle_task_finished", S), ("SchedulerState._transitions", S),
+                      ("SchedulerState._transition", S)]
+    # a finished task's own transition, and the machinery between transitions
+    assert part(handler + [("SchedulerState._transition_processing_memory", S)]) == "completions"
+    assert part(handler + [("SchedulerState._transition_memory_released", S),
+                           ("TaskState.__hash__", S)]) == "completions"
+    assert part(handler) == "completions"
+    # a dependent made ready and sent, down to the message and dask's code in it
+    assert part(handler + [("SchedulerState._transition_waiting_processing", S)]) == "dispatch"
+    assert part(handler + [("SchedulerState._transition_waiting_processing", S), ("SchedulerState._add_to_processing", S),
+                           ("SchedulerState._task_to_msg", S), ("Task.__init__", "dask/_task_spec.py")]) == "dispatch"
+    assert part(root + [("Scheduler.handle_task_finished", S),
+                        ("SchedulerState.stimulus_queue_slots_maybe_opened", S)]) == "dispatch"
+    # slimgraph's slices of ready tasks after a commit, its messages
+    assert part(root + [("Tails.step", "slimgraph/ingest/tail.py"), ("decide", "slimgraph/shim/__init__.py")]) == "dispatch"
+    assert part(handler + [("task_to_msg", "slimgraph/model/messages.py")]) == "dispatch"
+    # neither: the batched messages going out, heartbeats; idle is no sample
+    assert part(root + [("BatchedSend._background_send", "distributed/batched.py"),
+                        ("dumps", "distributed/protocol/core.py")]) == "other"
+    assert part(root + [("Scheduler.heartbeat_worker", S)]) == "other"
+    assert part(root + [("EpollSelector.select", "selectors.py")]) is None
+    text = "\n".join([
+        "main (x.py:1);EpollSelector.select (selectors.py:468) 40",
+        f"main (x.py:1);Scheduler.handle_task_finished ({S}:5);SchedulerState._transition_waiting_processing ({S}:9) 7",
+        f"main (x.py:1);Scheduler.handle_task_finished ({S}:5);SchedulerState._transition_processing_memory ({S}:9) 5",
+        "main (x.py:1);dumps (distributed/protocol/pickle.py:3) 3",
+    ])
+    assert parse_parts(text) == {"dispatch": 7, "completions": 5, "other": 3}
+
+
 def test_stage_figures_come_from_the_records():
     """The whole-life figures the bench and the app show, from records made
     up here: CPU between the stage bounds (interpolated between samples),
@@ -73,6 +109,13 @@ def test_stage_figures_come_from_the_records():
     # a block counts in the stage it began in (one ending after the ingestion is its)
     assert [f["stages"][s]["longest_block_s"] for s in STAGES] == [0.5, 0.1, 0.07]
     assert f["tasks_per_s"] == pytest.approx(400.0) and f["completed"] == 400
+    # the run not sampled: no parts; sampled: its CPU in proportion
+    assert f["stages"]["run"]["parts"] is None
+    rec.run_parts = {"dispatch": 30, "completions": 50, "other": 20}
+    parts = life_figures(rec)["stages"]["run"]["parts"]
+    assert [parts[p]["cpu_s"] for p in PARTS] == pytest.approx([0.6, 1.0, 0.4])
+    assert parts["completions"]["cpu_us_per_task"] == pytest.approx(1000.0) and parts["other"]["share"] == 0.2
+    assert LifeRecords.from_dict(rec.to_dict()) == rec
     assert f["peak_rss_bytes"] == 300 and f["peak_rss_growth_bytes"] == 200
     # the whole is the stages lived (not the pause between run and release)
     assert f["whole"]["cpu_s"] == pytest.approx(2.875) and f["whole"]["wall_s"] == pytest.approx(3.5)
@@ -125,6 +168,11 @@ def test_life_mode_measures_every_stage_for_both_engines(tmp_path):
         # in distributed's dispatch between them: py-spy samples a short
         # run only a few dozen times, and a loaded machine gave a dozen)
         assert any(c.startswith("transition") for c in split), split
+        # the run's CPU by part: all of it, and the workers' results handled
+        parts = run["stages"]["run"]["parts"]
+        assert set(parts) == set(PARTS) and sum(p["share"] for p in parts.values()) == pytest.approx(1.0)
+        assert sum(p["cpu_s"] for p in parts.values()) == pytest.approx(run["stages"]["run"]["cpu_s"])
+        assert parts["completions"]["cpu_s"] > 0, parts
         # the figures are those of the records kept beside them (the
         # dashboard's jobs compute theirs alike: slimgraph.instrument.stages)
         figures = life_figures(LifeRecords.from_dict(run["records"]))
@@ -134,6 +182,9 @@ def test_life_mode_measures_every_stage_for_both_engines(tmp_path):
         assert run["completed"] == run["tasks"] and run["tasks_per_s"] > 0
     assert r["ratios"]["cpu_whole"] == pytest.approx(slim["whole"]["cpu_s"] / stock["whole"]["cpu_s"])
     assert "whole life: delayed" in proc.stdout and "by what ran" in proc.stdout
+    assert "of it completions, CPU us/task" in proc.stdout and "of it dispatch, CPU us/task" in proc.stdout
+    assert r["ratios"]["cpu_completions"] == pytest.approx(
+        slim["stages"]["run"]["parts"]["completions"]["cpu_s"] / stock["stages"]["run"]["parts"]["completions"]["cpu_s"])
     # py-spy's recordings kept: what the table was made of
     for kind in ("stock", "slim"):
         assert parse_raw((tmp_path / "prof" / f"{kind}-run.txt").read_text())

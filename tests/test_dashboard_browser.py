@@ -882,7 +882,7 @@ def test_launch_whole_life_to_the_end_and_cancelled(web, launched):
     """The main job's whole life, on both engines: one job computed to the
     end and one cancelled a second after its ingestion. Every stage figure
     in the summary strip (scheduler CPU per task of ingest, run and release,
-    the longest loop block of each, peak RSS growth, tasks completed per
+    the run's dispatch, completions and other, the longest loop block of each, peak RSS growth, tasks completed per
     second) is the one the job's whole-life records give
     (``life_figures``, as ``bench --mode life`` computes its own), and the
     records are what the schedulers hold: the ingestion ends at the
@@ -944,6 +944,18 @@ def test_launch_whole_life_to_the_end_and_cancelled(web, launched):
             assert times[0] <= b["ingest"][0] and times[-1] >= end and times == sorted(times)
             assert cpu == sorted(cpu) and cpu[-1] <= sum(psutil.Process(pids[k]).cpu_times()[:2]) + 0.02
             assert figures["stages"]["run"]["cpu_s"] > 0
+            # the run's CPU split into dispatch, completions and other by
+            # py-spy's samples of it (bench --mode life's split); a run
+            # too short for a sample says so where its parts would be
+            parts = figures["stages"]["run"]["parts"]
+            if cancel_after:
+                assert data[k]["run_profiled"] == "py-spy" and rec.run_parts["completions"] > 0, data[k]
+            if parts is not None:
+                assert data[k]["run_profiled"] == "py-spy"
+                assert sum(p["cpu_s"] for p in parts.values()) == pytest.approx(figures["stages"]["run"]["cpu_s"])
+            else:
+                cell = page.locator(f".sg-summary td.sg-fig[data-kind='{k}'][data-key='dispatch_cpu_us_per_task']")
+                assert data[k]["run_profiled"] in cell.first.get_attribute("title"), data[k]["run_profiled"]
             if cancel_after:
                 assert 0 < rec.completed < rec.tasks, (rec.completed, rec.tasks)
                 assert b["run"][1] - b["run"][0] == pytest.approx(float(cancel_after), abs=0.5)

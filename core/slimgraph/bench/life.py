@@ -18,28 +18,24 @@ read by pid every 20 ms from outside the process, so nothing in it is
 disturbed), per task; the longest ping a second connection saw (an
 ``identity`` round trip every 20 ms, in a process of its own); the longest
 event-loop block the scheduler's loop monitor saw; and the CPU split by
-what ran. The split comes from py-spy sampling the scheduler process from
-outside, 100 times a second, the thread holding the GIL (a thread waiting
-for work holds none, so idle threads are not counted as busy): each sample is put down to the innermost frame
-that names what it was doing (message serialization, comms, a transition by
-its kind, work stealing, heartbeats, plugins, slimgraph's own ingestion or
-model, dask's task specs) or, failing that, to the handler it ran under
-(task-finished, update_graph, release), or to "threads off the loop" for
-another thread's unnamed work. distributed's own profiler would
-do this from inside, but it is off on Python 3.11 and would add its own
-CPU to the figure measured. Where py-spy cannot attach (no ptrace), the
-split is left out and said so.
+what ran, and the run's CPU into dispatch, completions and other, both from
+py-spy sampling the scheduler process from outside
+(:mod:`slimgraph.instrument.whatran`, which says how a sample is read).
+Where py-spy cannot attach (no ptrace), the split is left out and said so.
 
 JSON (``--json PATH``)::
 
     {"mode": "life", "workload", "requested_tasks", "workers", "compute_seconds",
-     "stock": RUN, "slim": RUN, "ratios": {"cpu_<stage>": slim/stock, "cpu_whole": ...}}
+     "stock": RUN, "slim": RUN, "ratios": {"cpu_<stage>": slim/stock, "cpu_whole": ...,
+               "cpu_dispatch", "cpu_completions", "cpu_other": the run's parts}}
 
     RUN = {"tasks", "completed", "tasks_per_s", "result", "stages": {stage: STAGE}, "whole": STAGE,
            "peak_rss_bytes", "peak_rss_growth_bytes", "profile": "py-spy" or why not,
            "records": what the figures were computed from}
     STAGE = {"wall_s", "cpu_s", "cpu_us_per_task", "longest_ping_s",
              "longest_block_s", "by_what": {category: cpu seconds}}
+    (the run's STAGE also has "parts": {part: {"cpu_s", "cpu_us_per_task",
+     "share"}}: dispatch, completions, other; see ``life_figures``)
 
 The stages, the records and the figures are :mod:`slimgraph.instrument.stages`'s
 (``LifeRecords``, ``life_figures``), the dashboard's jobs' too: the app's
@@ -48,164 +44,16 @@ stage figures are computed as these are.
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import Counter
 from typing import Any
 
-from slimgraph import shim
-from slimgraph.instrument.stages import STAGES, LifeRecords, Sampler, completed, life_figures, settled_blocks
+from slimgraph.instrument.stages import PARTS, STAGES, LifeRecords, Sampler, completed, life_figures, settled_blocks
+from slimgraph.instrument.whatran import IDLE, Profile, categorize, parse_raw  # noqa: F401 (the bench's own names)
 
 KINDS = ("stock", "slim")
-
-
-# -- what ran -----------------------------------------------------------------
-#: innermost frames that name what a sample was doing: (category, test on
-#: the function's name and its file); the first match from the leaf wins
-_LEAF_RULES: tuple = (
-    ("serialization", lambda fn, f: "/distributed/protocol/" in f or f.endswith(("/pickle.py", "/pickletools.py"))
-     or "msgpack" in f or fn in ("dumps", "loads")),
-    ("comms", lambda fn, f: "/distributed/comm/" in f or f.endswith(("/batched.py", "/tornado/iostream.py"))),
-    ("work stealing", lambda fn, f: f.endswith("/distributed/stealing.py")),
-    ("heartbeats", lambda fn, f: fn in ("heartbeat_worker", "check_worker_ttl")),
-    ("plugins", lambda fn, f: "/distributed/diagnostics/" in f or "/distributed/spans.py" in f),
-    ("compute-task messages", lambda fn, f: fn in ("_task_to_msg", "task_to_msg")
-     or f.endswith("/slimgraph/model/messages.py")),
-    ("slimgraph ingestion", lambda fn, f: "/slimgraph/ingest/" in f or f.endswith("/slimgraph/order.py")),
-    ("slimgraph model", lambda fn, f: "/slimgraph/model/" in f or "/slimgraph/runtime/" in f),
-    ("dask (task specs, keys)", lambda fn, f: "/dask/" in f),
-    ("instruments", lambda fn, f: "/slimgraph/instrument/" in f or "/slimgraph/views/" in f
-     or "/distributed/http/" in f or "/bokeh/" in f),
-)
-#: handlers a sample ran under, when no leaf rule named it
-_HANDLERS = {
-    "handle_task_finished": "task-finished handling", "stimulus_task_finished": "task-finished handling",
-    "handle_task_erred": "task-erred handling", "update_graph": "update_graph (other)",
-    "client_releases_keys": "release handling", "_client_releases_keys": "release handling",
-    "remove_client": "release handling", "handle_long_running": "other handlers",
-}
-#: distributed's transition machinery around each transition function
-#: (the log, plugin calls, recommendations)
-_DISPATCH = shim.TRANSITION_DISPATCH
-_FRAME = re.compile(r"^(.*) \((.*?)(?::\d+)?\)$")
-_TRANSITION = re.compile(r"^_?transition_([a-z_-]+)$")
-
-
-def categorize(stack: list) -> str:
-    """What a sample (``[(function, file), ...]``, root first) was doing.
-    py-spy names a function by its qualified name and its file by the path
-    below its ``sys.path`` entry (``distributed/scheduler.py``); both forms
-    are read here."""
-    stack = [(fn.rsplit(".", 1)[-1], "/" + f.lstrip("/")) for fn, f in stack]
-    if stack and stack[-1][0] in ("select", "poll") and stack[-1][1].endswith("/selectors.py"):
-        return IDLE
-    thread = bool(stack) and stack[0][0] == "_bootstrap"
-    for fn, f in reversed(stack):
-        if f.endswith("/distributed/scheduler.py"):
-            m = _TRANSITION.match(fn)
-            if m:
-                return "transition " + m.group(1).replace("_", "->", 1)
-            if fn in _DISPATCH:
-                # (named here, not by the handler above it: on the slim
-                # engine the container hook sits between the two)
-                return "transitions: distributed's dispatch"
-        for name, test in _LEAF_RULES:
-            if test(fn, f):
-                return name
-    if thread:
-        return "threads off the loop (other)"
-    for fn, _ in reversed(stack):
-        if fn in _HANDLERS:
-            return _HANDLERS[fn]
-    return "scheduler (other)" if stack and stack[-1][1].endswith("/distributed/scheduler.py") else "other"
-
-
-#: a sample of the loop waiting for events (py-spy, not blocking the
-#: process, cannot always tell a thread in ``epoll_wait`` idle): no CPU
-IDLE = "idle"
-
-
-def parse_raw(text: str) -> Counter:
-    """py-spy's raw output (``frame;frame;... count`` a line) by category."""
-    out: Counter = Counter()
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or " " not in line:
-            continue
-        frames, _, count = line.rpartition(" ")
-        stack = []
-        for fr in frames.split(";"):
-            m = _FRAME.match(fr)
-            stack.append((m.group(1), m.group(2)) if m else (fr, ""))
-        out[categorize(stack)] += int(count)
-    out.pop(IDLE, None)
-    return out
-
-
-class Profile:
-    """py-spy recording the scheduler process for one stage (see the module docstring)."""
-
-    def __init__(self, pid: int, tmp: str, stage: str) -> None:
-        self.path = os.path.join(tmp, f"{stage}.txt")
-        self.proc: subprocess.Popen | None = None
-        self._got: Counter | None = None
-        self._stopped = False
-        exe = shutil.which("py-spy", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-        if exe is None:
-            self.why_not = "py-spy is not installed (pip install py-spy)"
-            return
-        self.why_not = None
-        self.proc = subprocess.Popen(
-            [exe, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--gil", "--format", "raw",
-             "--output", self.path],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
-        # py-spy writes its output on Control-C only once its handler is set,
-        # just after it announces on stdout that it samples; a stage ended
-        # before that would kill it with nothing written, so the stage starts
-        # a moment after the announcement.
-        self._err: list[bytes] = []
-        sampling = threading.Event()
-
-        def read_output() -> None:
-            for line in self.proc.stdout:
-                self._err.append(line)
-                if b"Sampling process" in line:
-                    sampling.set()
-            sampling.set()
-
-        self._reader = threading.Thread(target=read_output, name="py-spy output", daemon=True)
-        self._reader.start()
-        sampling.wait(60)
-        time.sleep(0.25)
-
-    def stop(self) -> Counter | None:
-        """The stage's samples by category (None: see ``why_not``); ends the
-        recording (again: the same answer)."""
-        if self.proc is None or self._stopped:
-            return self._got
-        self._stopped = True
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-        try:
-            rc = self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self._reader.join(10)
-        if os.path.exists(self.path):
-            with open(self.path) as fh:
-                self._got = parse_raw(fh.read())
-        else:
-            err = b"".join(self._err).decode(errors="replace").strip()[-300:]
-            self.why_not = f"py-spy could not sample the scheduler (exit {rc}): {err}"
-        return self._got
 
 
 # -- one engine -----------------------------------------------------------------
@@ -244,7 +92,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                     Sampler(cluster.scheduler_pid) as cpu:
                 ping.wait_pinging()
                 bounds = {"ingest": [time.time(), None]}
-                profiles["ingest"] = Profile(cluster.scheduler_pid, tmp, "ingest")
+                profiles["ingest"] = Profile(cluster.scheduler_pid, os.path.join(tmp, "ingest.txt"))
                 fut = client.compute(coll)
                 rec = None
                 while rec is None:
@@ -255,7 +103,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                     raise RuntimeError(f"{kind}: update_graph {rec.status}: {rec.error}")
                 bounds["ingest"][1] = bounds.setdefault("run", [rec.start + rec.total_s, None])[0]
                 samples = {"ingest": profiles["ingest"].stop()}
-                profiles["run"] = Profile(cluster.scheduler_pid, tmp, "run")
+                profiles["run"] = Profile(cluster.scheduler_pid, os.path.join(tmp, "run.txt"))
                 say(f"{kind}: ingested {rec.tasks:,} tasks in {rec.total_s:.1f} s; running")
                 value = None
                 if compute_seconds is None:
@@ -267,7 +115,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                 done = completed(rec.tasks, get_status(client)["states"])
                 bounds["release"] = [bounds["run"][1], None]
                 samples["run"] = profiles["run"].stop()
-                profiles["release"] = Profile(cluster.scheduler_pid, tmp, "release")
+                profiles["release"] = Profile(cluster.scheduler_pid, os.path.join(tmp, "release.txt"))
                 say(f"{kind}: {'computed' if compute_seconds is None else 'cancelling'}; releasing")
                 if compute_seconds is None:
                     fut.release()
@@ -282,7 +130,7 @@ def run_kind(kind: str, workload: str, tasks: int, workers: int = 2, compute_sec
                                         bounds["release"][1])
         pings = [(t + s, s) for t, s, *_ in ping.pings]
         records = LifeRecords(tasks=rec.tasks, bounds=bounds, samples=cpu.samples, blocks=blocks, pings=pings,
-                              completed=done)
+                              completed=done, run_parts=dict(profiles["run"].parts or {}) or None)
         out: dict = {"result": repr(value)[:200], **life_figures(records), "profile": "py-spy",
                      "records": records.to_dict()}
         for stage in STAGES:
@@ -323,6 +171,9 @@ def bench_life(workload: str, tasks: int, workers: int = 2, json_path: str | Non
     for stage in (*STAGES, "whole"):
         a, b = _stage(result["stock"], stage)["cpu_s"], _stage(result["slim"], stage)["cpu_s"]
         ratios[f"cpu_{stage}"] = b / a if a else None
+    for p in PARTS:  # (the run's parts, where both runs were sampled)
+        a, b = ((_stage(result[k], "run").get("parts") or {}).get(p, {}).get("cpu_s") for k in KINDS)
+        ratios[f"cpu_{p}"] = b / a if a and b is not None else None
     result["ratios"] = ratios
     if json_path:
         with open(json_path, "w") as fh:
@@ -350,6 +201,12 @@ def format_life_table(result: dict) -> str:
                                  ("longest loop block s", "longest_block_s", ".3f")):
             r = b[key] / a[key] if a[key] else None
             lines.append(f"{stage:10} {label:24} {num(a[key], spec):>10} {num(b[key], spec):>10} {num(r, '.2f'):>11}")
+        for p in PARTS if stage == "run" else ():
+            # (the run's CPU by part: dispatch and completions interleave)
+            x, y = ((run.get("parts") or {}).get(p, {}).get("cpu_us_per_task") for run in (a, b))
+            r = y / x if x and y is not None else None
+            lines.append(f"{'  of it ' + p + ', CPU us/task':35} {num(x, ',.1f'):>10} {num(y, ',.1f'):>10} "
+                         f"{num(r, '.2f'):>11}")
     lines.append(f"{'tasks completed per s (run)':35} {num(result['stock']['tasks_per_s'], ',.0f'):>10} "
                  f"{num(result['slim']['tasks_per_s'], ',.0f'):>10}")
     lines.append(f"{'peak RSS growth MB':35} {result['stock']['peak_rss_growth_bytes'] / 1e6:>10,.0f} "

@@ -138,14 +138,16 @@ def _flamegraph_download(kind: str, html: str, job_id: int) -> pn.widgets.FileDo
 def _life_download(job: Job, kinds: list) -> pn.widgets.FileDownload:
     """A download of a job's whole-life records and the figures the page
     shows of them (per engine: ``{"records": LifeRecords.to_dict(),
-    "figures": life_figures(records)}``), as ``bench --mode life`` keeps its own."""
+    "figures": life_figures(records), "run_profiled": "py-spy" or why the
+    run's parts are missing}``), as ``bench --mode life`` keeps its own."""
     import json
 
     name = f"slimgraph-life-job{job.id}.json"
     path = os.path.join(tempfile.mkdtemp(prefix="slimgraph-life-"), name)
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"job": job.id, "how_far": job.how_far,
-                   **{k: {"records": job.life[k].to_dict(), "figures": job.results[k]["life"]} for k in kinds}}, f)
+                   **{k: {"records": job.life[k].to_dict(), "figures": job.results[k]["life"],
+                          "run_profiled": job.profiled.get(k)} for k in kinds}}, f)
     return pn.widgets.FileDownload(
         file=path, filename=name, embed=False, label=f"whole-life records (JSON, job {job.id})",
         css_classes=["sg-life-records"], sizing_mode="stretch_width",

@@ -21,8 +21,9 @@ each thread records the graph's life in stages (ingest, run, release) as
 ``bench --mode life`` does, into the same records
 (:class:`slimgraph.instrument.stages.LifeRecords`: the scheduler process's
 CPU and RSS read by pid every 20 ms, its event-loop blocks, the stage
-bounds, the tasks completed) and turns them into figures with the same
-function (:func:`~slimgraph.instrument.stages.life_figures`). The release
+bounds, the tasks completed, py-spy's samples of the run by part: dispatch,
+completions, other) and turns them into figures with the same function
+(:func:`~slimgraph.instrument.stages.life_figures`). The release
 ends when the scheduler holds no task (one job runs at a time). Every
 stage holds the poller's reads too (docs/dashboard.md).
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
 from concurrent.futures import CancelledError
@@ -161,6 +163,11 @@ class Job:
         self._cancel = threading.Event()
         self._futures: dict[str, Any] = {}
         self._samplers: dict[str, Any] = {}
+        #: per engine: py-spy recording the run (whatran.Profile), while it lasts
+        self._profiles: dict[str, Any] = {}
+        #: per engine: how the run's CPU was split into its parts ("py-spy",
+        #: or why it was not: py-spy not installed, no ptrace, ...)
+        self.profiled: dict[str, str] = {}
         #: engines whose future Cancel cancelled before their run began
         #: (their cancelled tasks are forgotten: what completed is unknown)
         self._cancelled_early: set[str] = set()
@@ -258,6 +265,8 @@ class Job:
             sampler = self._samplers.pop(kind, None)
             if sampler is not None:  # (a failed job's, still reading)
                 sampler.stop()
+            if kind in self._profiles:  # (likewise: py-spy still recording)
+                self._run_parts(kind)
 
     def _say(self, kind: str, phase: str, message: str) -> None:
         self.phases[kind], self.messages[kind] = phase, message
@@ -308,6 +317,7 @@ class Job:
             life.bounds["ingest"][1] = rec.start + rec.total_s
             if not self.ingest_only:
                 life.bounds["run"] = [life.bounds["ingest"][1], None]
+                self._profile_run(kind, e.pid)
         if rec is not None:
             res.update(record=rec.submission_id, tasks=rec.tasks, update_graph_s=rec.total_s)
             if rec.status == "OK" and rec.tasks and not self.memray:
@@ -328,6 +338,47 @@ class Job:
             self._end_life(kind, feed, res, life, sampler)
         if memray_path is not None:
             self._collect_memray(feed, kind, memray_path)
+
+    def _profile_run(self, kind: str, pid: int) -> None:
+        """py-spy samples the scheduler process from now until the run ends
+        (:mod:`slimgraph.instrument.whatran`), as ``bench --mode life``
+        does: from the moment the ingestion's end is known and py-spy has
+        attached (a fraction of a second into the run) to the run's end."""
+        import tempfile
+
+        from slimgraph.instrument.whatran import Profile
+
+        fd, path = tempfile.mkstemp(prefix=f"slimgraph-job{self.id}-{kind}-run-", suffix=".txt")
+        os.close(fd)
+        os.unlink(path)  # (py-spy writes it when it stops)
+        # (py-spy takes a moment to attach: not this thread's, which ends
+        # the run on time)
+        got: list = []
+        starter = threading.Thread(target=lambda: got.append(Profile(pid, path)), daemon=True,
+                                   name=f"slimgraph-job-{self.id}-{kind}-py-spy")
+        starter.start()
+        self._profiles[kind] = (starter, got, path)
+
+    def _run_parts(self, kind: str) -> tuple[dict | None, str]:
+        """The run's py-spy samples by part (None: not sampled) and how the
+        run was profiled ("py-spy", or why not); the recording ends."""
+        starter, got, path = self._profiles.pop(kind, (None, [], ""))
+        if starter is None:
+            return None, "not profiled"
+        starter.join(90)
+        if not got:
+            return None, "py-spy did not start"
+        prof = got[0]
+        try:
+            prof.stop()
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+        if prof.parts is None:
+            return None, prof.why_not or "no samples"
+        if not prof.parts:
+            return None, "py-spy took no sample of it (a run too short)"
+        return dict(prof.parts), "py-spy"
 
     def _wait_record(self, kind: str, timeout: float = 3600):
         """The record of this job's update_graph on ``kind`` (from the poller)."""
@@ -372,7 +423,13 @@ class Job:
         t1 = time.perf_counter()
         self._say(kind, "computing", "computing")
         ended = threading.Event()
-        fut.add_done_callback(lambda _: ended.set())
+        ended_at: list = []  # (when the result arrived: the run's end, however late this thread looks)
+
+        def on_done(_: Any) -> None:
+            ended_at.append(time.time())
+            ended.set()
+
+        fut.add_done_callback(on_done)
         # (the run's end, when asked for: N s after the ingestion's end)
         until = None if self.cancel_after is None or life is None else life.bounds["run"][0] + self.cancel_after
         while not ended.is_set() and not self._cancel.is_set() and (until is None or time.time() < until):
@@ -384,7 +441,9 @@ class Job:
             self.messages[kind] = f"computing {done:,}/{total:,} tasks ({time.perf_counter() - t1:.1f} s)"
             ended.wait(max(0.0, min(0.1, until - time.time())) if until is not None else 0.1)
         if life is not None:
-            life.bounds["run"][1] = time.time()
+            life.bounds["run"][1] = ended_at[0] if ended_at else time.time()
+            life.run_parts, self.profiled[kind] = self._run_parts(kind)
+            res["run_profiled"] = self.profiled[kind]
             try:  # (before a cancel: a cancelled task is forgotten, as a done one is)
                 if kind not in self._cancelled_early:
                     life.completed = completed(life.tasks, feed.sync(feed.status, timeout=60)["states"])

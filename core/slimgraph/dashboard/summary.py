@@ -14,7 +14,11 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from slimgraph.instrument.stages import STAGE_LABELS
+from slimgraph.instrument.stages import PARTS, STAGE_LABELS
+
+#: how the run's parts are named where a reader meets them
+PART_LABELS = {"dispatch": "dispatch", "completions": "completions",
+               "other": "other (messages out, heartbeats, ...)"}
 
 #: Engine colours (colour-blind safe, distinct from the phase colours).
 #: Defined here until ``slimgraph.views.palette`` exists; the one place the app takes them from.
@@ -37,7 +41,11 @@ NO_RATIO = ("lazy_saved_bytes", "completed")
 #: the whole life's figures (:func:`life_keys`), after :data:`FIGURES`
 LIFE_FIGURES = (
     *((f"{stage}_cpu_us_per_task", ("scheduler CPU per task: " if i == 0 else "&nbsp;&nbsp;") + label, "us")
-      for i, (stage, label) in enumerate((*STAGE_LABELS.items(), ("whole", "whole life")))),
+      for i, (stage, label) in enumerate(STAGE_LABELS.items()) if stage != "release"),
+    # the run's parts (interleaved in time: split by py-spy's samples)
+    *((f"{p}_cpu_us_per_task", "&nbsp;&nbsp;&nbsp;&nbsp;of the run: " + PART_LABELS[p], "us") for p in PARTS),
+    *((f"{stage}_cpu_us_per_task", "&nbsp;&nbsp;" + label, "us")
+      for stage, label in (("release", STAGE_LABELS["release"]), ("whole", "whole life"))),
     *((f"{stage}_longest_block_s", ("longest loop block: " if i == 0 else "&nbsp;&nbsp;") + label, "s")
       for i, (stage, label) in enumerate(STAGE_LABELS.items())),
     ("peak_rss_growth_bytes", "peak RSS growth over the life", "B"),
@@ -79,6 +87,7 @@ def engine_figures(rec: Any, measured: dict | None = None) -> dict:
     if m.get("lazy_saved_bytes") is not None:
         out["lazy_saved_bytes"] = float(m["lazy_saved_bytes"])
     out.update(life_keys(m.get("life")))
+    out["run_profiled"] = m.get("run_profiled")
     return out
 
 
@@ -91,7 +100,12 @@ def life_keys(life: dict | None) -> dict:
     out = {f"{stage}_cpu_us_per_task": (spans.get(stage) or {}).get("cpu_us_per_task") for stage in spans}
     out.update({f"{stage}_longest_block_s": (spans.get(stage) or {}).get("longest_block_s") for stage in STAGE_LABELS})
     out.update({k: life.get(k) for k in ("peak_rss_growth_bytes", "completed", "tasks_per_s")})
+    parts = (spans.get("run") or {}).get("parts") or {}
+    out.update({f"{p}_cpu_us_per_task": (parts.get(p) or {}).get("cpu_us_per_task") for p in PARTS})
     return out
+
+
+_PART_KEYS = tuple(f"{p}_cpu_us_per_task" for p in PARTS)
 
 
 def ratio(stock: float | None, slim: float | None) -> float | None:
@@ -196,6 +210,9 @@ def _figure_rows(spec: tuple, figures: dict[str, dict], kinds: tuple[str, ...], 
                 title = " title='" + html.escape("; ".join(
                     f"{cause} {c['seconds']:.2f} s ({c['label']})" for cause, c in
                     sorted(f["block_causes"].items(), key=lambda kv: -kv[1]["seconds"])), quote=True) + "'"
+            if v is None and key in _PART_KEYS and f.get("run_profiled") not in (None, "py-spy"):
+                # (why a run lived has no parts: py-spy missing, no ptrace, a run too short to sample)
+                title = " title='" + html.escape(f"the run not split: {f['run_profiled']}", quote=True) + "'"
             cells.append(f"<td class='sg-fig' data-kind='{k}' data-key='{key}' data-value='{dv}'{title}>"
                          f"{shown}</td>")  # fmt: skip
         if both and key in NO_RATIO:

@@ -27,7 +27,8 @@ seconds (user + system) and RSS, read by pid from outside the process
 while a blocked loop answers nothing); the scheduler's event-loop blocks of
 50 ms or more (its loop monitor's, as ``(end, seconds)``); optionally the
 longest pings a second connection saw; how many tasks the graph had and how
-many of them completed.
+many of them completed; py-spy's samples of the run by part (when py-spy
+could sample it).
 """
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 STAGES = ("ingest", "run", "release")
+
+#: the parts of a run (:mod:`slimgraph.instrument.whatran`)
+PARTS = ("dispatch", "completions", "other")
 
 #: how a stage is named where a reader meets it
 STAGE_LABELS = {"ingest": "ingest", "run": "run (dispatch + completions)", "release": "release"}
@@ -162,6 +166,9 @@ class LifeRecords:
     pings: list | None = None
     #: tasks completed by the run's end (None: no run)
     completed: int | None = None
+    #: py-spy's samples of the run by part (dispatch, completions, other:
+    #: :func:`slimgraph.instrument.whatran.part`); None: not sampled
+    run_parts: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -178,6 +185,18 @@ def _span(rec: LifeRecords, a: float, b: float, n: int) -> dict:
             "longest_ping_s": None if rec.pings is None else longest(rec.pings, a, b)}
 
 
+def _parts(cpu: float, samples: dict | None, n: int) -> dict | None:
+    """The run's CPU split into its parts in proportion to their samples."""
+    total = sum((samples or {}).values())
+    if not total:
+        return None
+    out = {}
+    for p in PARTS:
+        share = samples.get(p, 0) / total
+        out[p] = {"cpu_s": cpu * share, "cpu_us_per_task": cpu * share / n * 1e6 if n else None, "share": share}
+    return out
+
+
 def life_figures(rec: LifeRecords) -> dict:
     """The figures of one engine's life (what the bench's JSON and the app's
     summary show)::
@@ -186,6 +205,12 @@ def life_figures(rec: LifeRecords) -> dict:
          time), "peak_rss_bytes", "peak_rss_growth_bytes" (over the first
          sample), "stages": {stage: SPAN} (the stages lived), "whole": SPAN}
         SPAN = {"wall_s", "cpu_s", "cpu_us_per_task", "longest_block_s", "longest_ping_s"}
+
+    The run's SPAN also has ``"parts"``: ``{part: {"cpu_s", "cpu_us_per_task",
+    "share"}}`` for dispatch, completions and other (the run's CPU in
+    proportion to the samples of :attr:`LifeRecords.run_parts`), or None
+    when the run was not sampled. (The parts interleave in time: their
+    wall time and loop blocks are the run's.)
     """
     n = int(rec.tasks)
     lived = [s for s in STAGES if s in rec.bounds]
@@ -196,6 +221,8 @@ def life_figures(rec: LifeRecords) -> dict:
     run = out["stages"].get("run")
     if run is not None and rec.completed is not None and run["wall_s"] > 0:
         out["tasks_per_s"] = rec.completed / run["wall_s"]
+    if run is not None:
+        run["parts"] = _parts(run["cpu_s"], rec.run_parts, n)
     # the whole: the stages lived, together (a life with a pause between
     # two stages, as the app's "ingest only" has while it measures the
     # scheduler's state, counts neither the pause's wall time nor its CPU)
