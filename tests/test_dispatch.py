@@ -646,11 +646,13 @@ def test_a_big_commits_messages_reach_each_worker_in_slices_in_order(monkeypatch
             f_slim, f_stock = Future(key, p.c_slim), Future(key, p.c_stock)
             await s.update_graph(client=p.c_slim.id, **args)
             (made,) = committed
-            paced = [a for a in s.workers if getattr(s.stream_comms[a], "slim_pacer", None)]
+            paced = [a for a in s.workers if s.stream_comms[a].pacer is not None]
             assert paced, "nothing left to pace after the commit"
+            # the pacers are jobs of the scheduler's one executor
+            assert any(getattr(j, "__qualname__", "") == "Pacer._steps" for j in s.slim_work.background)
             marked = paced[0]
             s.stream_comms[marked].send({"op": "free-keys", "keys": ["slimgraph-marker"], "stimulus_id": "marker"})
-            while any(getattr(b, "slim_pacer", None) for b in s.stream_comms.values()):
+            while any(b.pacer is not None for b in s.stream_comms.values()):
                 await asyncio.sleep(0.005)
             assert pacing.Pacer.slices_handed - slices > 10
             seen: dict = {}

@@ -368,6 +368,56 @@ def test_compact_names_are_dasks_own():
 
 
 # -- workers' streams (slimgraph.ingest.pacing) ------------------------------------
+def test_a_stream_entering_a_stream_table_becomes_a_paced_stream():
+    """A slim scheduler's ``stream_comms``: a BatchedSend put in it is the
+    same object, now a PacedStream (still a BatchedSend), whose send goes
+    to its pacer while it has one and to distributed's own otherwise; close
+    flushes the pacer's queue first, abort drops it."""
+    from distributed.batched import BatchedSend
+
+    class Pacer:
+        def __init__(self):
+            self.sent, self.flushed, self.dropped = [], 0, 0
+
+        def send(self, *msgs):
+            self.sent.extend(msgs)
+
+        def flush(self):
+            self.flushed += 1
+
+        def drop(self):
+            self.dropped += 1
+
+    async def body():
+        before = BatchedSend(interval="10ms")
+        table = shim.StreamTable({"a": before})
+        bs = BatchedSend(interval="10ms")
+        table["b"] = bs
+        assert table["a"] is before and table["b"] is bs and dict(table) == {"a": before, "b": bs}
+        for s in (before, bs):
+            assert type(s) is shim.PacedStream and isinstance(s, BatchedSend) and s.pacer is None
+        bs.send({"op": "x"})
+        assert bs.buffer == [{"op": "x"}] and bs.message_count == 1
+        p = bs.pacer = Pacer()
+        bs.send({"op": "y"}, {"op": "z"})
+        assert p.sent == [{"op": "y"}, {"op": "z"}] and bs.buffer == [{"op": "x"}]
+        bs.abort()
+        assert p.dropped == 1
+        before.pacer = q = Pacer()
+        await before.close()  # (not started: distributed's close does nothing more)
+        assert q.flushed == 1
+        # (a scheduler's table, once)
+        class S:
+            stream_comms = {"c": BatchedSend(interval="10ms")}
+        sch = S()
+        shim.pace_streams(sch)
+        table = sch.stream_comms
+        shim.pace_streams(sch)
+        assert sch.stream_comms is table and type(table["c"]) is shim.PacedStream
+
+    run(body())
+
+
 def test_stream_buffer_batches_and_stopping():
     """On a real BatchedSend over a real comm: what waits in the buffer, the
     batches its writer takes, requeued messages (not counted as sent) and

@@ -210,6 +210,7 @@ def _attach_work(scheduler: SlimScheduler) -> None:
     handler tables that hold stimuli behind it, and the release and cancel
     handlers that run as its jobs."""
     loopwork.attach(scheduler)
+    shim.pace_streams(scheduler)
     scheduler.stream_handlers["client-releases-keys"] = scheduler.slim_client_releases_keys
     scheduler.stream_handlers["cancel-keys"] = scheduler.slim_stimulus_cancel
 

@@ -12,14 +12,19 @@ array on persisted inputs: 745k tasks ready at once): one 67 s block in
 pays the same after its own ``update_graph``.
 
 How. When a commit gives a worker more than ``slimgraph.pace-messages``
-messages, its stream gets them in slices of that many: a slice is handed
-to the ``BatchedSend`` once its buffer is empty (the previous slice taken
-for writing), so each write serializes one slice and the loop runs in
-between. Every message sent to that worker meanwhile, from any handler
-(another submission, work stealing, a ``free-keys``), joins the queue
-behind them: the worker receives exactly the messages stock would have
-sent, in the same order, only spread over time. Closing the stream
-(``close``) flushes what is still queued first, as closing flushes a
+messages, a :class:`Pacer` holds them and hands them to the worker's stream
+in slices of that many, as a background job of the scheduler's executor
+(:mod:`slimgraph.runtime.loopwork`): a slice is handed to the
+``BatchedSend`` once its buffer is empty (the previous slice taken for
+writing), so each write serializes one slice and the loop runs in
+between; the write of a slice counts as the step's time in the executor's
+rest (:class:`~slimgraph.runtime.loopwork.Spent`). Every message sent to
+that worker meanwhile, from any handler (another submission, work
+stealing, a ``free-keys``), joins the queue behind them: the stream is a
+:class:`slimgraph.shim.PacedStream`, whose ``send`` goes to its pacer
+while it holds messages. The worker receives exactly the messages stock
+would have sent, in the same order, only spread over time. Closing the
+stream (``close``) flushes what is still queued first, as closing flushes a
 buffer; aborting it drops them, as aborting drops a buffer.
 
 The scheduler's state is not touched: the tasks are ``processing`` on
@@ -28,13 +33,12 @@ wire only after its ``update_graph`` has returned.
 """
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import deque
+from time import perf_counter
 from typing import Any
 
 from slimgraph import config, shim
-from slimgraph.runtime import loopshare
+from slimgraph.runtime import loopwork
 
 __all__ = ["send_all", "Pacer"]
 
@@ -50,12 +54,11 @@ def send_all(state: Any, client_msgs: dict, worker_msgs: dict) -> None:
             bs = streams.get(address)
             if (
                 len(msgs) > n
-                and bs is not None
-                and getattr(bs, "slim_pacer", None) is None  # (else its send queues them)
-                and shim.is_batched_send(bs)
+                and isinstance(bs, shim.PacedStream)
+                and bs.pacer is None  # (else its send queues them)
                 and not bs.closed()
             ):
-                Pacer(bs, msgs, n).start()
+                Pacer(bs, msgs, n).start(loopwork.of(state))
             else:
                 rest[address] = msgs
         worker_msgs = rest
@@ -63,9 +66,9 @@ def send_all(state: Any, client_msgs: dict, worker_msgs: dict) -> None:
 
 
 class Pacer:
-    """Holds one ``BatchedSend``'s messages and hands them over in slices.
-    While it has any, the stream's ``send``, ``close`` and ``abort`` are
-    its own (instance attributes, removed when it is done)."""
+    """Holds one stream's messages and hands them over in slices, a job of
+    the scheduler's executor; while it holds any, the stream's ``send``,
+    ``close`` and ``abort`` come here (:class:`slimgraph.shim.PacedStream`)."""
 
     #: slices handed over by all pacers (tests, diagnostics)
     slices_handed = 0
@@ -74,26 +77,19 @@ class Pacer:
         self.bs = bs
         self.pending: deque = deque(msgs)
         self.slice_size = slice_size
-        self._task: asyncio.Task | None = None  # (the loop keeps tasks weakly)
 
-    def start(self) -> None:
-        bs = self.bs
-        bs.slim_pacer = self
-        bs.send = self.send
-        bs.close = self.close
-        bs.abort = self.abort
-        self._task = asyncio.get_running_loop().create_task(self._hand_over())
+    def start(self, work: Any) -> None:
+        self.bs.pacer = self
+        work.spawn(self._steps())
 
     def _done(self) -> None:
-        bs = self.bs
-        if getattr(bs, "slim_pacer", None) is self:
-            for name in ("slim_pacer", "send", "close", "abort"):
-                bs.__dict__.pop(name, None)
+        if self.bs.pacer is self:
+            self.bs.pacer = None
 
     # -- the stream's methods while messages are queued -------------------
     def send(self, *msgs: Any) -> None:
         if not self.pending:
-            return type(self.bs).send(self.bs, *msgs)
+            return shim.stream_send(self.bs, *msgs)
         comm = self.bs.comm
         if comm is not None and comm.closed():
             from distributed.comm.core import CommClosedError
@@ -101,60 +97,46 @@ class Pacer:
             raise CommClosedError(f"Comm {comm!r} already closed.")
         self.pending.extend(msgs)
 
-    def close(self, timeout: Any = None) -> Any:
-        bs = self.bs
+    def flush(self) -> None:
+        """The stream closes: what is queued goes into its buffer first."""
         if self.pending:
-            shim.stream_requeue(bs, self.pending)
+            shim.stream_requeue(self.bs, self.pending)
             self.pending.clear()
         self._done()
-        return type(bs).close(bs, timeout=timeout)
 
-    def abort(self) -> None:
+    def drop(self) -> None:
+        """The stream is aborted: what is queued is dropped, as its buffer."""
         self.pending.clear()
         self._done()
-        return type(self.bs).abort(self.bs)
 
-    # -- handing over ------------------------------------------------------
-    async def _written(self, batches: int) -> float:
-        """Seconds of the turn in which the stream took the batch after
-        ``batches`` for writing (0 if the stream stops first). distributed
-        serializes a batch in the step that takes it, before the write's
-        first wait: the last poll here (every millisecond) before the batch
-        was seen taken and the poll that saw it bound that step (and
-        whatever else ran then)."""
-        bs = self.bs
-        last = time.perf_counter()
-        while shim.stream_batches(bs) == batches:
-            if shim.stream_stopping(bs):
-                return 0.0
-            last = time.perf_counter()
-            await asyncio.sleep(0.001)
-        return time.perf_counter() - last
-
-    async def _hand_over(self) -> None:
+    # -- handing over: the executor's job ------------------------------------
+    def _steps(self) -> loopwork.Job:
         bs = self.bs
         pending = self.pending
-        send = type(bs).send
         try:
             while pending:
                 if shim.stream_stopping(bs):
                     break
                 if shim.stream_buffered(bs):  # the previous slice is not taken yet
-                    await asyncio.sleep(0.001)
+                    yield loopwork.WAITING
                     continue
                 n = min(self.slice_size, len(pending))
                 batches = shim.stream_batches(bs)
-                send(bs, *[pending.popleft() for _ in range(n)])
+                shim.stream_send(bs, *[pending.popleft() for _ in range(n)])
                 Pacer.slices_handed += 1
-                if pending and loopshare.ratio():
-                    # distributed serializes the batch on the loop when it
-                    # writes it: the loop to others for as long again
-                    # (slimgraph.runtime.loopshare)
-                    await asyncio.sleep(loopshare.rest_after(await self._written(batches)))
-                await asyncio.sleep(0)
+                if not pending:
+                    break
+                # distributed serializes the slice on the loop in the turn
+                # its writer takes it: that turn is this step's cost too,
+                # bounded by the last look before it and the look after
+                seen = perf_counter()
+                while shim.stream_batches(bs) == batches and not shim.stream_stopping(bs):
+                    seen = perf_counter()
+                    yield loopwork.WAITING
+                yield loopwork.Spent(perf_counter() - seen)
         finally:
             if pending and not shim.stream_stopping(bs):
-                # (cancelled, e.g. the loop is closing): the rest at once
+                # (the job ended early, e.g. the loop is closing): the rest at once
                 shim.stream_requeue(bs, pending)
             pending.clear()  # (a closed stream drops them, as its buffer)
             self._done()

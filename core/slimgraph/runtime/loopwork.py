@@ -8,7 +8,7 @@ slice runs inside the handler that started the job, so work that fits in
 one slice (almost every stimulus) runs as stock's does, at once. What is
 left runs in later slices, one per turn of the loop, each followed by a
 rest as long as itself where the turn in between found others' work
-ready (:mod:`slimgraph.runtime.loopshare`); on a loop with nothing else
+ready (the policy: :func:`rest_after`); on a loop with nothing else
 to do, the slices follow each other.
 
 Invariant. While a job is unfinished, no other stimulus reaches the
@@ -29,16 +29,21 @@ call (see :mod:`slimgraph.life.release`).
 same rests but hold nothing: each of their steps leaves a state that
 stock's own could be in, so other stimuli run between their slices. They
 are the work a staged commit leaves for after it: its ready tasks sent in
-slices (:mod:`slimgraph.ingest.tail`) and the plugin calls it owes
-(:mod:`slimgraph.ingest.deliveries`). Holding jobs go first; background
+slices (:mod:`slimgraph.ingest.tail`), the plugin calls it owes
+(:mod:`slimgraph.ingest.deliveries`) and each worker's paced messages
+(:mod:`slimgraph.ingest.pacing`). Holding jobs go first; background
 jobs take turns, in the order they were spawned, within one slice. A
 background job that can do nothing yet (owed calls waiting for a task a
 tail has not sent) yields :data:`WAITING`; when all of them wait, the
-executor looks again a few milliseconds later.
+executor looks again a few milliseconds later. A step whose work goes on
+outside its slice (a paced slice of messages, which distributed serializes
+on the loop when its stream writes it) yields :class:`Spent` once that work
+is seen done: it counts in the rest after the slice as the slice's own.
 
 Used by :mod:`slimgraph.life.release` (a client's release or cancel of a
-big graph), :mod:`slimgraph.ingest.tail` and
-:mod:`slimgraph.ingest.deliveries`.
+big graph), :mod:`slimgraph.ingest.tail`, :mod:`slimgraph.ingest.deliveries`
+and :mod:`slimgraph.ingest.pacing`: every step slimgraph runs on the loop
+after a commit.
 """
 from __future__ import annotations
 
@@ -51,7 +56,7 @@ from time import perf_counter, thread_time
 from typing import Any, Callable, Generator
 
 from slimgraph import config
-from slimgraph.runtime import gcpause, loopshare
+from slimgraph.runtime import gcpause
 
 logger = logging.getLogger("distributed.scheduler")
 
@@ -79,6 +84,29 @@ Job = Generator[Any, None, None]
 WAITING = object()
 #: How long the executor sleeps when every background job is waiting (seconds)
 RECHECK = 0.005
+
+
+class Spent:
+    """What a background job yields when work its earlier step caused ran on
+    the loop outside the job's slices (``seconds`` of it): the rest after
+    this slice counts it (see the module docstring)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = max(0.0, seconds)
+
+
+def rest_after(seconds: float) -> float:
+    """How long the loop is left to others after a step of ``seconds``:
+    that times ``slimgraph.background-rest`` (0: no rest). Why: another
+    client's round trip needs a few turns of the loop (the read, the
+    handler, the write); with a step of ours in every turn, it paid for one
+    in each (benchmarks/LOG.md has the pings with and without)."""
+    r = float(config.get("background-rest") or 0.0)
+    if r < 0:
+        raise ValueError(f"slimgraph.background-rest must be >= 0, got {r!r}")
+    return max(0.0, seconds) * r
 
 
 class Budget:
@@ -121,6 +149,9 @@ class LoopWork:
         #: slices run so far, and the longest (seconds)
         self.slices = 0
         self.longest = 0.0
+        #: seconds the background jobs' steps reported as spent outside
+        #: this slice (:class:`Spent`)
+        self._spent = 0.0
 
     @property
     def busy(self) -> bool:
@@ -182,6 +213,8 @@ class LoopWork:
             jobs.rotate(-1)
             if got is not WAITING:
                 did = True
+                if type(got) is Spent:
+                    self._spent += got.seconds
             if self.budget.over():
                 break
         return did
@@ -243,12 +276,14 @@ class LoopWork:
                 await asyncio.sleep(RECHECK)
                 continue
             took = perf_counter() - t0
+            spent, self._spent = self._spent, 0.0
             # one turn of the loop to whatever is ready; where something was
-            # (a round trip needs a few turns), a rest as long as the slice
+            # (a round trip needs a few turns), a rest as long as the slice;
+            # after work of ours outside the slice (a paced write), always
             t1 = thread_time()
             await asyncio.sleep(0)
-            if thread_time() - t1 > OTHERS:
-                await asyncio.sleep(loopshare.rest_after(took))
+            if spent or thread_time() - t1 > OTHERS:
+                await asyncio.sleep(rest_after(took + spent))
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []

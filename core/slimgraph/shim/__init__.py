@@ -682,6 +682,69 @@ def stream_stopping(bs: Any) -> bool:
     return bool(bs.please_stop or bs.closed())
 
 
+from distributed.batched import BatchedSend  # noqa: E402
+
+
+class PacedStream(BatchedSend):
+    """distributed's ``BatchedSend`` of a worker's stream on a slim
+    scheduler: the same object, whose ``send``, ``close`` and ``abort`` go
+    to its :attr:`pacer` while one holds messages for it
+    (:class:`slimgraph.ingest.pacing.Pacer`), and are distributed's own
+    otherwise. Streams become PacedStreams as they enter the scheduler's
+    :class:`StreamTable`, once."""
+
+    #: the pacer holding messages for this stream, or None
+    pacer: Any = None
+
+    def send(self, *msgs: Any) -> None:
+        p = self.pacer
+        if p is None:
+            return BatchedSend.send(self, *msgs)
+        return p.send(*msgs)
+
+    def close(self, timeout: Any = None) -> Any:
+        p = self.pacer
+        if p is not None:
+            p.flush()
+        return BatchedSend.close(self, timeout=timeout)
+
+    def abort(self) -> None:
+        p = self.pacer
+        if p is not None:
+            p.drop()
+        return BatchedSend.abort(self)
+
+
+def stream_send(bs: Any, *msgs: Any) -> None:
+    """distributed's own ``BatchedSend.send`` of ``msgs`` (past a pacer)."""
+    BatchedSend.send(bs, *msgs)
+
+
+class StreamTable(dict):
+    """A slim scheduler's ``stream_comms``: every plain ``BatchedSend``
+    distributed puts in it (``add_worker``) becomes a :class:`PacedStream`
+    (its class, once; nothing else of it changes)."""
+
+    __slots__ = ()
+
+    def __init__(self, table: dict) -> None:
+        super().__init__()
+        for address, bs in table.items():
+            self[address] = bs
+
+    def __setitem__(self, address: Any, bs: Any) -> None:
+        if type(bs) is BatchedSend:
+            bs.__class__ = PacedStream
+        dict.__setitem__(self, address, bs)
+
+
+def pace_streams(scheduler: Any) -> None:
+    """Give ``scheduler`` a :class:`StreamTable` for its workers' streams
+    (once; the streams it holds already become PacedStreams)."""
+    if not isinstance(scheduler.stream_comms, StreamTable):
+        scheduler.stream_comms = StreamTable(scheduler.stream_comms)
+
+
 # ---------------------------------------------------------------------------
 # Clients (the benchmark captures what a real Client sends)
 # ---------------------------------------------------------------------------
