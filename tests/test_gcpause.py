@@ -107,8 +107,7 @@ def test_freeze_policy_lasts_until_the_scheduler_is_idle():
                     while not s.tasks:
                         await asyncio.sleep(0.01)
                     assert gcpause.frozen() and gc.get_freeze_count() > 0
-                    # full collections rarer while frozen (gc-frozen-full-factor)
-                    assert gc.get_threshold() == (*before[:2], before[2] * 10)
+                    assert gc.get_threshold() == before  # (the collector's own thresholds)
                     del x
                     while s.tasks:
                         await asyncio.sleep(0.01)
@@ -407,22 +406,3 @@ def test_freed_heap_goes_back_to_the_os_only_when_given_back():
     on_free, on_trim = map(int, out.stdout.split())
     assert on_free < 50 * 2**20, on_free          # freeing alone gave back little of the 400 MiB
     assert on_trim > 150 * 2**20, on_trim         # giving back returned most of it
-
-
-def test_thresholds_a_freeze_set_are_restored_unless_changed_meanwhile():
-    before = gc.get_threshold()
-    try:
-        gcpause.freeze_until_idle(full_factor=10)
-        assert gc.get_threshold() == (*before[:2], before[2] * 10)
-        gcpause.freeze_until_idle(full_factor=10)  # a second freeze: not compounded
-        assert gc.get_threshold() == (*before[:2], before[2] * 10)
-        gcpause.on_idle()
-        assert gc.get_threshold() == before and not gcpause.frozen()
-        gcpause.freeze_until_idle(full_factor=10)
-        gc.set_threshold(500, 5, 5)  # someone else's choice, made meanwhile, stays
-        gcpause.on_idle()
-        assert gc.get_threshold() == (500, 5, 5)
-    finally:
-        gcpause.on_idle()
-        gc.unfreeze()
-        gc.set_threshold(*before)

@@ -14,9 +14,11 @@ structures, e.g. a queue that adopted a staged list, must not be).
 
 Freed is not returned: glibc keeps the freed heap mapped, and the process's
 RSS stays where the ingestion's peak left it. :func:`give_back` (after a
-drain, ``slimgraph.trim-heap``) asks glibc to return it (``malloc_trim``):
-measured at 1M array tasks, 2.7 ms in the worker thread, and the RSS growth
-per task went from 816 to 703 bytes.
+drain, ``slimgraph.trim-heap``) asks glibc to return it (``malloc_trim``,
+a few ms in the worker thread). What it keeps: the scheduler's RSS growth
+per task within its target (<= 750 B): without it, ``bench --workload
+array|delayed --tasks 1000000 --only slim`` grew 916 and 849 B/task against
+659 and 700 with it (benchmarks/LOG.md, 2026-12-07, fifth session).
 """
 from __future__ import annotations
 

@@ -103,52 +103,25 @@ _full_began = 0.0
 refreezes = 0
 
 
-#
-# A freeze also makes full collections frequent. CPython starts one when a
-# quarter of the (unfrozen) oldest generation is new, and after a freeze
-# that generation is nearly empty: so every ``threshold2``-th young
-# collection is a full one. Sending 100k tasks of a 1M-task array to
-# workers (each message builds its run_spec: new tracked objects) ran 16
-# full collections, 0.25 s, where stock, with its millions of long-lived
-# objects unfrozen, ran none (bench "sending"). While frozen, the third
-# threshold is multiplied by ``full_factor`` (``slimgraph.gc-frozen-full-factor``):
-# young collections run as ever and collect young garbage; a cycle that
-# reached the oldest generation waits that many times longer.
-
-#: the thresholds a freeze replaced, and the ones it set (restored when it
-#: ends, unless someone set others meanwhile)
-_thresholds: tuple | None = None
-
-
-def freeze_until_idle(full_max: float = float("inf"), full_factor: int = 1) -> None:
+def freeze_until_idle(full_max: float = float("inf")) -> None:
     """Freeze every tracked object until a slim scheduler goes idle; until
-    then, keep full collections under about ``full_max`` seconds and make
-    them ``full_factor`` times rarer (see above)."""
-    global _frozen, _full_max, _thresholds
+    then, keep full collections under about ``full_max`` seconds."""
+    global _frozen, _full_max
     with _lock:
         gc.freeze()
-        if not _frozen and full_factor > 1:
-            before = gc.get_threshold()
-            gc.set_threshold(before[0], before[1], before[2] * int(full_factor))
-            _thresholds = (before, gc.get_threshold())
         _frozen = True
         _full_max = full_max
 
 
 def on_idle() -> None:
     """A slim scheduler holds no tasks any more: end a freeze, if any."""
-    global _frozen, _full_max, _last_full, _thresholds
+    global _frozen, _full_max, _last_full
     with _lock:
         if _frozen and _depth == 0:
             gc.unfreeze()
             _frozen = False
             _full_max = float("inf")
             _last_full = 0.0
-            if _thresholds is not None:
-                before, ours = _thresholds
-                if gc.get_threshold() == ours:
-                    gc.set_threshold(*before)
-                _thresholds = None
 
 
 def frozen() -> bool:

@@ -58,8 +58,7 @@ def exit(policy: str, new_tasks: int = 0, shielded: bool = False) -> None:
         # own exit: a freeze keeps only cyclic garbage.) Frozen before the
         # collector is back on, so that no collection can start in between
         # and traverse them after all.
-        gcpause.freeze_until_idle(float(parse_timedelta(config.get("gc-full-max"), default="s")),
-                                  int(config.get("gc-frozen-full-factor")))
+        gcpause.freeze_until_idle(float(parse_timedelta(config.get("gc-full-max"), default="s")))
     if shielded:
         gcpause.unshield()
     gcpause.release()
