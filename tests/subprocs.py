@@ -98,12 +98,22 @@ def dask_scheduler(tmp: Path, *args: str, name: str = "scheduler", env: dict | N
                    ) -> Iterator[tuple[str, str, Proc]]:
     """``dask scheduler ARGS`` on free ports, run from ``tmp`` (not the
     checkout); yields (address, dashboard URL, process)."""
-    port, dport = free_port(), free_port()
-    proc = Proc(name, [dask_command(), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                       "--dashboard-address", f"127.0.0.1:{dport}", *args],
-                tmp, env=env, cwd=tmp)  # fmt: skip
+    for attempt in range(3):
+        port, dport = free_port(), free_port()
+        proc = Proc(name, [dask_command(), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                           "--dashboard-address", f"127.0.0.1:{dport}", *args],
+                    tmp, env=env, cwd=tmp)  # fmt: skip
+        try:
+            wait_http(f"http://127.0.0.1:{dport}/health", proc=proc)
+            break
+        except RuntimeError:
+            proc.stop()
+            # a free port taken by another process between free_port() and
+            # the scheduler's bind (other test processes run beside these):
+            # new ports; any other failure is the test's
+            if attempt == 2 or "Address already in use" not in proc.log_tail():
+                raise
     try:
-        wait_http(f"http://127.0.0.1:{dport}/health", proc=proc)
         yield f"tcp://127.0.0.1:{port}", f"http://127.0.0.1:{dport}", proc
     finally:
         proc.stop()
