@@ -9,9 +9,8 @@ import sys
 
 import pytest
 
-from slimgraph.bench.life import IDLE, STAGES, categorize, parse_raw
-from slimgraph.instrument.stages import PARTS, LifeRecords, completed, cpu_at, life_figures, settled_blocks
-from slimgraph.instrument.whatran import parse_parts, part
+from slimgraph.instrument.stages import PARTS, STAGES, LifeRecords, completed, cpu_at, life_figures, settled_blocks
+from slimgraph.instrument.whatran import IDLE, categorize, parse_parts, parse_raw, part
 
 S = "distributed/scheduler.py"
 

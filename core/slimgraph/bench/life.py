@@ -51,7 +51,7 @@ import time
 from typing import Any
 
 from slimgraph.instrument.stages import PARTS, STAGES, LifeRecords, Sampler, completed, life_figures, settled_blocks
-from slimgraph.instrument.whatran import IDLE, Profile, categorize, parse_raw  # noqa: F401 (the bench's own names)
+from slimgraph.instrument.whatran import Profile
 
 KINDS = ("stock", "slim")
 
@@ -172,7 +172,7 @@ def bench_life(workload: str, tasks: int, workers: int = 2, json_path: str | Non
         a, b = _stage(result["stock"], stage)["cpu_s"], _stage(result["slim"], stage)["cpu_s"]
         ratios[f"cpu_{stage}"] = b / a if a else None
     for p in PARTS:  # (the run's parts, where both runs were sampled)
-        a, b = ((_stage(result[k], "run").get("parts") or {}).get(p, {}).get("cpu_s") for k in KINDS)
+        a, b = (_part(result[k], p, "cpu_s") for k in KINDS)
         ratios[f"cpu_{p}"] = b / a if a and b is not None else None
     result["ratios"] = ratios
     if json_path:
@@ -183,6 +183,11 @@ def bench_life(workload: str, tasks: int, workers: int = 2, json_path: str | Non
 
 def _stage(run: dict, stage: str) -> dict:
     return run["whole"] if stage == "whole" else run["stages"][stage]
+
+
+def _part(run: dict, part: str, key: str) -> float | None:
+    """A figure of one of the run's parts (None: the run was not sampled)."""
+    return ((run["stages"]["run"].get("parts") or {}).get(part) or {}).get(key)
 
 
 def format_life_table(result: dict) -> str:
@@ -203,7 +208,7 @@ def format_life_table(result: dict) -> str:
             lines.append(f"{stage:10} {label:24} {num(a[key], spec):>10} {num(b[key], spec):>10} {num(r, '.2f'):>11}")
         for p in PARTS if stage == "run" else ():
             # (the run's CPU by part: dispatch and completions interleave)
-            x, y = ((run.get("parts") or {}).get(p, {}).get("cpu_us_per_task") for run in (a, b))
+            x, y = (_part(result[k], p, "cpu_us_per_task") for k in KINDS)
             r = y / x if x and y is not None else None
             lines.append(f"{'  of it ' + p + ', CPU us/task':35} {num(x, ',.1f'):>10} {num(y, ',.1f'):>10} "
                          f"{num(r, '.2f'):>11}")

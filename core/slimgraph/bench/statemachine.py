@@ -25,7 +25,7 @@ import gc
 import time
 from typing import Any
 
-from slimgraph.bench.life import STAGES
+from slimgraph.instrument.stages import STAGES
 
 __all__ = ["statemachine_life", "format_statemachine_table", "add_worker_state"]
 

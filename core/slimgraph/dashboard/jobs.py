@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import shutil
 import threading
 import time
 from concurrent.futures import CancelledError
@@ -348,9 +349,8 @@ class Job:
 
         from slimgraph.instrument.whatran import Profile
 
-        fd, path = tempfile.mkstemp(prefix=f"slimgraph-job{self.id}-{kind}-run-", suffix=".txt")
-        os.close(fd)
-        os.unlink(path)  # (py-spy writes it when it stops)
+        # (py-spy writes the file when it stops)
+        path = os.path.join(tempfile.mkdtemp(prefix=f"slimgraph-job{self.id}-{kind}-"), "run.txt")
         # (py-spy takes a moment to attach: not this thread's, which ends
         # the run on time)
         got: list = []
@@ -367,13 +367,13 @@ class Job:
             return None, "not profiled"
         starter.join(90)
         if not got:
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
             return None, "py-spy did not start"
         prof = got[0]
         try:
             prof.stop()
         finally:
-            if os.path.exists(path):
-                os.unlink(path)
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
         if prof.parts is None:
             return None, prof.why_not or "no samples"
         if not prof.parts:

@@ -19,6 +19,7 @@ from slimgraph.instrument.stages import PARTS, STAGE_LABELS
 #: how the run's parts are named where a reader meets them
 PART_LABELS = {"dispatch": "dispatch", "completions": "completions",
                "other": "other (messages out, heartbeats, ...)"}
+_PART_KEYS = tuple(f"{p}_cpu_us_per_task" for p in PARTS)
 
 #: Engine colours (colour-blind safe, distinct from the phase colours).
 #: Defined here until ``slimgraph.views.palette`` exists; the one place the app takes them from.
@@ -40,12 +41,12 @@ NO_RATIO = ("lazy_saved_bytes", "completed")
 
 #: the whole life's figures (:func:`life_keys`), after :data:`FIGURES`
 LIFE_FIGURES = (
-    *((f"{stage}_cpu_us_per_task", ("scheduler CPU per task: " if i == 0 else "&nbsp;&nbsp;") + label, "us")
-      for i, (stage, label) in enumerate(STAGE_LABELS.items()) if stage != "release"),
+    ("ingest_cpu_us_per_task", "scheduler CPU per task: " + STAGE_LABELS["ingest"], "us"),
+    ("run_cpu_us_per_task", "&nbsp;&nbsp;" + STAGE_LABELS["run"], "us"),
     # the run's parts (interleaved in time: split by py-spy's samples)
     *((f"{p}_cpu_us_per_task", "&nbsp;&nbsp;&nbsp;&nbsp;of the run: " + PART_LABELS[p], "us") for p in PARTS),
-    *((f"{stage}_cpu_us_per_task", "&nbsp;&nbsp;" + label, "us")
-      for stage, label in (("release", STAGE_LABELS["release"]), ("whole", "whole life"))),
+    ("release_cpu_us_per_task", "&nbsp;&nbsp;" + STAGE_LABELS["release"], "us"),
+    ("whole_cpu_us_per_task", "&nbsp;&nbsp;whole life", "us"),
     *((f"{stage}_longest_block_s", ("longest loop block: " if i == 0 else "&nbsp;&nbsp;") + label, "s")
       for i, (stage, label) in enumerate(STAGE_LABELS.items())),
     ("peak_rss_growth_bytes", "peak RSS growth over the life", "B"),
@@ -103,9 +104,6 @@ def life_keys(life: dict | None) -> dict:
     parts = (spans.get("run") or {}).get("parts") or {}
     out.update({f"{p}_cpu_us_per_task": (parts.get(p) or {}).get("cpu_us_per_task") for p in PARTS})
     return out
-
-
-_PART_KEYS = tuple(f"{p}_cpu_us_per_task" for p in PARTS)
 
 
 def ratio(stock: float | None, slim: float | None) -> float | None:

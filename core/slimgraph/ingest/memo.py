@@ -26,8 +26,8 @@ do nothing and the unpickler grows and frees its memo itself, as before.
 What it keeps: the longest event-loop block of a 1M-task delayed
 submission a third as long, and so within its target (<= 0.2 s) with room:
 without it, ``bench --workload delayed --tasks 1000000 --only slim``
-blocked 0.164-0.214 s (in the unpickler's cleanup) against 0.050 s with it (benchmarks/LOG.md, 2026-12-07, fifth
-session).
+blocked 0.164-0.214 s (in the unpickler's cleanup) against 0.050 s with
+it (benchmarks/LOG.md, 2026-12-07, fifth session).
 """
 from __future__ import annotations
 

@@ -46,7 +46,6 @@ import time
 from collections import Counter
 
 from slimgraph import shim
-from slimgraph.instrument.stages import PARTS  # noqa: F401 (the parts :func:`part` answers)
 
 # -- what ran: by category ---------------------------------------------------
 #: innermost frames that name what a sample was doing: (category, test on
@@ -80,13 +79,26 @@ _FRAME = re.compile(r"^(.*) \((.*?)(?::\d+)?\)$")
 _TRANSITION = re.compile(r"^_?transition_([a-z_-]+)$")
 
 
+def _normalized(stack: list) -> list:
+    """A sample's frames as ``(function, "/file")``: py-spy names a function
+    by its qualified name and its file by the path below its ``sys.path``
+    entry (``distributed/scheduler.py``); both forms are read here."""
+    return [(fn.rsplit(".", 1)[-1], "/" + f.lstrip("/")) for fn, f in stack]
+
+
+def _idle(stack: list) -> bool:
+    """The loop waiting for events (py-spy, not blocking the process,
+    cannot always tell a thread in ``epoll_wait`` idle): no CPU."""
+    return bool(stack) and stack[-1][0] in ("select", "poll") and stack[-1][1].endswith("/selectors.py")
+
+
 def categorize(stack: list) -> str:
-    """What a sample (``[(function, file), ...]``, root first) was doing.
-    py-spy names a function by its qualified name and its file by the path
-    below its ``sys.path`` entry (``distributed/scheduler.py``); both forms
-    are read here."""
-    stack = [(fn.rsplit(".", 1)[-1], "/" + f.lstrip("/")) for fn, f in stack]
-    if stack and stack[-1][0] in ("select", "poll") and stack[-1][1].endswith("/selectors.py"):
+    """What a sample (``[(function, file), ...]``, root first) was doing."""
+    return _category(_normalized(stack))
+
+
+def _category(stack: list) -> str:
+    if _idle(stack):
         return IDLE
     thread = bool(stack) and stack[0][0] == "_bootstrap"
     for fn, f in reversed(stack):
@@ -109,20 +121,89 @@ def categorize(stack: list) -> str:
     return "scheduler (other)" if stack and stack[-1][1].endswith("/distributed/scheduler.py") else "other"
 
 
-#: a sample of the loop waiting for events (py-spy, not blocking the
-#: process, cannot always tell a thread in ``epoll_wait`` idle): no CPU
+#: the category of an idle sample (dropped from the counts)
 IDLE = "idle"
+
+
+# -- what ran: by part of the run ----------------------------------------------
+
+#: distributed's steps of sending a ready task to a worker
+_DISPATCH_FUNCTIONS = frozenset((
+    "_transition_waiting_processing", "_transition_queued_processing", "_transition_no_worker_processing",
+    "stimulus_queue_slots_maybe_opened", "decide_worker", "decide_worker_non_rootish",
+    "decide_worker_rootish_queuing_enabled", "decide_worker_rootish_queuing_disabled", "_add_to_processing",
+    "_task_to_msg", "send_task_to_worker",
+))
+#: slimgraph's: its bulk dispatch of ready tasks, the slices after a
+#: commit, the compute-task messages it builds when sending
+_DISPATCH_FILES = ("/slimgraph/ingest/dispatch.py", "/slimgraph/ingest/tail.py", "/slimgraph/model/messages.py")
+#: the handling of a worker's results
+_COMPLETION_HANDLERS = frozenset((
+    "handle_task_finished", "stimulus_task_finished", "handle_task_erred", "stimulus_task_erred",
+))
+
+
+def part(stack: list) -> str | None:
+    """The part of a run a sample (``[(function, file), ...]``, root first)
+    was in: ``"dispatch"``, ``"completions"`` or ``"other"``; None for an
+    idle sample (see the module docstring)."""
+    stack = _normalized(stack)
+    return None if _idle(stack) else _part(stack)
+
+
+def _part(stack: list) -> str:
+    for fn, f in reversed(stack):
+        if f.endswith("/distributed/scheduler.py"):
+            if fn in _DISPATCH_FUNCTIONS:
+                return "dispatch"
+            if fn in _COMPLETION_HANDLERS or _TRANSITION.match(fn):
+                return "completions"
+        elif f.endswith(_DISPATCH_FILES):
+            return "dispatch"
+    return "other"
+
+
+# -- reading py-spy's raw output -------------------------------------------------
+def _stacks(text: str):
+    """py-spy's raw output (``frame;frame;... count`` a line) as
+    ``(stack, count)``, each stack ``[(function, file), ...]`` root first."""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or " " not in line:
+            continue
+        frames, _, count = line.rpartition(" ")
+        stack = []
+        for fr in frames.split(";"):
+            m = _FRAME.match(fr)
+            stack.append((m.group(1), m.group(2)) if m else (fr, ""))
+        yield stack, int(count)
+
+
+def read(text: str) -> tuple[Counter, Counter]:
+    """py-spy's raw output, by category and by part of the run (idle
+    samples dropped from both)."""
+    categories: Counter = Counter()
+    parts: Counter = Counter()
+    for stack, count in _stacks(text):
+        stack = _normalized(stack)
+        if _idle(stack):
+            continue
+        categories[_category(stack)] += count
+        parts[_part(stack)] += count
+    return categories, parts
 
 
 def parse_raw(text: str) -> Counter:
     """py-spy's raw output (``frame;frame;... count`` a line) by category."""
-    out: Counter = Counter()
-    for stack, count in _stacks(text):
-        out[categorize(stack)] += count
-    out.pop(IDLE, None)
-    return out
+    return read(text)[0]
 
 
+def parse_parts(text: str) -> Counter:
+    """py-spy's raw output by part of the run (idle samples dropped)."""
+    return read(text)[1]
+
+
+# -- recording -------------------------------------------------------------------
 class Profile:
     """py-spy recording a scheduler process for one stage (see the module docstring);
     ``path`` names the file its raw recording is written to."""
@@ -131,7 +212,7 @@ class Profile:
         self.path = path
         self.proc: subprocess.Popen | None = None
         self._got: Counter | None = None
-        #: the recording by part of the run (:func:`parse_parts`), once stopped
+        #: the recording by part of the run (:func:`part`), once stopped
         self.parts: Counter | None = None
         self._stopped = False
         exe = shutil.which("py-spy", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
@@ -179,70 +260,8 @@ class Profile:
         self._reader.join(10)
         if os.path.exists(self.path):
             with open(self.path) as fh:
-                text = fh.read()
-            self._got, self.parts = parse_raw(text), parse_parts(text)
+                self._got, self.parts = read(fh.read())
         else:
             err = b"".join(self._err).decode(errors="replace").strip()[-300:]
             self.why_not = f"py-spy could not sample the scheduler (exit {rc}): {err}"
         return self._got
-
-
-# -- what ran: by part of the run ----------------------------------------------
-
-#: distributed's steps of sending a ready task to a worker
-_DISPATCH_FUNCTIONS = frozenset((
-    "_transition_waiting_processing", "_transition_queued_processing", "_transition_no_worker_processing",
-    "stimulus_queue_slots_maybe_opened", "decide_worker", "decide_worker_non_rootish",
-    "decide_worker_rootish_queuing_enabled", "decide_worker_rootish_queuing_disabled", "_add_to_processing",
-    "_task_to_msg", "send_task_to_worker",
-))
-#: slimgraph's: its bulk dispatch of ready tasks, the slices after a
-#: commit, the compute-task messages it builds when sending
-_DISPATCH_FILES = ("/slimgraph/ingest/dispatch.py", "/slimgraph/ingest/tail.py", "/slimgraph/model/messages.py")
-#: the handling of a worker's results
-_COMPLETION_HANDLERS = frozenset((
-    "handle_task_finished", "stimulus_task_finished", "handle_task_erred", "stimulus_task_erred",
-))
-
-
-def part(stack: list) -> str | None:
-    """The part of a run a sample (``[(function, file), ...]``, root first)
-    was in: ``"dispatch"``, ``"completions"`` or ``"other"``; None for an
-    idle sample (see the module docstring)."""
-    stack = [(fn.rsplit(".", 1)[-1], "/" + f.lstrip("/")) for fn, f in stack]
-    if stack and stack[-1][0] in ("select", "poll") and stack[-1][1].endswith("/selectors.py"):
-        return None
-    for fn, f in reversed(stack):
-        if f.endswith("/distributed/scheduler.py"):
-            if fn in _DISPATCH_FUNCTIONS:
-                return "dispatch"
-            if fn in _COMPLETION_HANDLERS or _TRANSITION.match(fn):
-                return "completions"
-        elif f.endswith(_DISPATCH_FILES):
-            return "dispatch"
-    return "other"
-
-
-def _stacks(text: str):
-    """py-spy's raw output (``frame;frame;... count`` a line) as
-    ``(stack, count)``, each stack ``[(function, file), ...]`` root first."""
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or " " not in line:
-            continue
-        frames, _, count = line.rpartition(" ")
-        stack = []
-        for fr in frames.split(";"):
-            m = _FRAME.match(fr)
-            stack.append((m.group(1), m.group(2)) if m else (fr, ""))
-        yield stack, int(count)
-
-
-def parse_parts(text: str) -> Counter:
-    """py-spy's raw output by part of the run (idle samples dropped)."""
-    out: Counter = Counter()
-    for stack, count in _stacks(text):
-        p = part(stack)
-        if p is not None:
-            out[p] += count
-    return out

@@ -650,12 +650,6 @@ class TransitionHook(SchedulerState):
 # ---------------------------------------------------------------------------
 # Workers' streams: a BatchedSend's buffer (slimgraph.ingest.pacing)
 # ---------------------------------------------------------------------------
-def is_batched_send(bs: Any) -> bool:
-    """Whether ``bs`` has a ``BatchedSend``'s buffer (what the functions
-    below read and write)."""
-    return hasattr(bs, "buffer")
-
-
 def stream_buffered(bs: Any) -> bool:
     """Whether messages wait in ``bs``'s buffer (``BatchedSend.buffer``),
     not yet taken for its next write."""
