@@ -24,18 +24,27 @@ import sys
 import time
 import tracemalloc
 
+from slimgraph.bench.scale import peak_rss
+
 
 async def _run(payload_path: str, kind: str, trace: bool, hooks: bool = True) -> dict:
     from distributed import Scheduler
 
     from slimgraph.bench.payload import load
     from slimgraph.distributed import SlimScheduler
+    from slimgraph.instrument.records import rss_bytes
 
+    start = rss_bytes()
     payload = load(payload_path)
     cls = SlimScheduler if kind in SLIM_KINDS else Scheduler
     off = kind == "slim-dask"
     with dask.config.set({"slimgraph.compact-ingestion": False}) if off else contextlib.nullcontext():
-        return await _measure(cls, kind, payload, trace, hooks)
+        out = await _measure(cls, kind, payload, trace, hooks)
+    # (what the process held at its peak above its start: what a larger
+    # run of the same kind is estimated from, slimgraph.bench.scale)
+    out["start_rss_bytes"] = start
+    out["peak_rss_bytes"] = peak_rss()
+    return out
 
 
 #: ``slim``: the slim engine as configured (compact ingestion on by

@@ -322,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m slimgraph bench", description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="array")
     ap.add_argument("--tasks", type=int, default=None,
-                    help="about this many tasks (default 20,000; 1,000,000 in dashboard mode)")
+                    help="about this many tasks (default 20,000; 1,000,000 in dashboard mode; "
+                         "in scale mode the largest size, default 10,000,000)")
     ap.add_argument("--json", dest="json_path")
     ap.add_argument("--tracemalloc", dest="tracemalloc", action="store_true", default=None,
                     help="also measure retained bytes with tracemalloc (default: on up to 200k tasks)")
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
                          "(dask materializes every node), which shows what compact ingestion saves")
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="skip the limits run (slimgraph.bench.floor)")
-    ap.add_argument("--mode", choices=("engine", "client", "dashboard", "life", "statemachine"), default="engine",
+    ap.add_argument("--mode", choices=("engine", "client", "dashboard", "life", "statemachine", "scale"), default="engine",
                     help="engine: one replayed submission per fresh in-process scheduler "
                          "(default); client: end to end through a real Client to scheduler "
                          "and worker processes, including the computation; dashboard: the "
@@ -343,7 +344,9 @@ def main(argv: list[str] | None = None) -> None:
                          "processes, the scheduler's CPU per stage and by what ran; statemachine: "
                          "the same life through the scheduler's state machine alone, in-process "
                          "(workers without processes report every task they process as done), "
-                         "the CPU per stage")
+                         "the CPU per stage; scale: engine mode at 100k, 1M, 2.5M, 5M and 10M "
+                         "tasks up to --tasks, each engine only where its estimated peak memory "
+                         "fits in what the machine has available")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (client and life modes)")
     ap.add_argument("--compute-seconds", type=float, default=None,
                     help="client and life modes: stop computing this long after the submission "
@@ -372,7 +375,7 @@ def main(argv: list[str] | None = None) -> None:
                          "and dask's /status and /graph of both engines (default 0: no soak)")
     a = ap.parse_args(argv)
     if a.tasks is None:
-        a.tasks = 1_000_000 if a.mode == "dashboard" else 20_000
+        a.tasks = {"dashboard": 1_000_000, "scale": 10_000_000}.get(a.mode, 20_000)
     if a.mode != "client" and a.background_nice:
         ap.error("--background-nice is for --mode client")
     if a.mode != "life" and a.profiles:
@@ -416,6 +419,12 @@ def main(argv: list[str] | None = None) -> None:
         print(format_client_table(
             bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds, a.load,
                          a.real_use, a.dashboard_pages, a.background_nice)))
+        return
+    if a.mode == "scale":
+        from slimgraph.bench.scale import bench_scale, format_scale_table
+
+        print(format_scale_table(bench_scale(a.workload, a.tasks, (a.only,) if a.only else ("stock", "slim"),
+                                             a.json_path)))
         return
     kinds = (a.only,) if a.only else ("stock", "slim", *(("slim-dask",) if a.compact_off else ()))
     result = bench(a.workload, a.tasks, a.json_path, a.tracemalloc, kinds, a.floor)
