@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-
-import dask
 import json
 import sys
 import time
@@ -28,18 +26,19 @@ import tracemalloc
 async def _run(payload_path: str, kind: str, trace: bool, hooks: bool = True) -> dict:
     from distributed import Scheduler
 
+    from slimgraph import switches
     from slimgraph.bench.payload import load
     from slimgraph.distributed import SlimScheduler
 
     payload = load(payload_path)
     cls = SlimScheduler if kind in SLIM_KINDS else Scheduler
     off = kind == "slim-dask"
-    with dask.config.set({"slimgraph.compact-ingestion": False}) if off else contextlib.nullcontext():
+    with switches.set(compact_ingestion=False) if off else contextlib.nullcontext():
         return await _measure(cls, kind, payload, trace, hooks)
 
 
 #: ``slim``: the slim engine as configured (compact ingestion on by
-#: default); ``slim-dask``: the same with ``slimgraph.compact-ingestion``
+#: default); ``slim-dask``: the same with ``slimgraph-switches.compact-ingestion``
 #: off, dask materializing every node (what compact ingestion saves)
 SLIM_KINDS = ("slim", "slim-dask")
 
