@@ -1,6 +1,6 @@
 """Compact ingestion in the pipeline: stock and slim on the same submissions.
 
-With ``slimgraph.compact-ingestion`` on (the default), the slim scheduler
+With ``slimgraph-switches.compact-ingestion`` on (the default), the slim scheduler
 materializes a submission as a compact graph, and its task states keep the
 graph and their index instead of a dask node. These tests hand the same
 payload to a stock and a slim scheduler (``differential.py``) and check:
@@ -28,7 +28,7 @@ from dask.base import tokenize
 from distributed import Client, LocalCluster, Scheduler, Worker
 
 from differential import Pair, assert_same
-from slimgraph import workloads
+from slimgraph import switches, workloads
 from slimgraph.distributed import SlimLocalCluster, SlimScheduler
 from slimgraph.instrument.recorder import get_history
 from test_compact import assert_same_node
@@ -116,7 +116,7 @@ def test_compact_ingestion_off_is_stocks_materialization():
     async def body():
         async with Pair(listen=False) as p:
             x = workloads.array(2000)
-            with dask.config.set({"slimgraph.compact-ingestion": False}):
+            with switches.set(compact_ingestion=False):
                 a, b = await p.submit_both(lambda c: c.compute(x))
             assert_same(a, b)
             rec = get_history(p.slim).latest()

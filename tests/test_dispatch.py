@@ -2,7 +2,7 @@
 tasks to workers with distributed's own choices, published in bulk.
 
 Differential: the same captured submission goes to a stock Scheduler, a
-slim one (bulk dispatch) and a slim one with ``slimgraph.bulk-dispatch:
+slim one (bulk dispatch) and a slim one with ``slimgraph-switches.bulk-dispatch:
 false`` (distributed's transitions one by one in the commit). The three
 have the *same* workers: WorkerStates with the same addresses and server
 ids (so sets of workers iterate alike in all three) added to the
@@ -28,7 +28,7 @@ from distributed import Client, Scheduler
 from distributed.scheduler import SchedulerState
 
 from differential import Pair, assert_same, snapshot, wait_idle
-from slimgraph import workloads
+from slimgraph import switches, workloads
 from slimgraph.bench.payload import arguments, intercept
 from slimgraph.bench.statemachine import add_worker_state
 from slimgraph.distributed import SlimScheduler
@@ -38,7 +38,7 @@ from slimgraph.instrument.recorder import get_history
 
 @pytest.fixture(autouse=True)
 def stage_small_graphs():
-    with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
+    with switches.set(offload_min_tasks=0, offload_min_bytes=0):
         yield
 
 
@@ -89,7 +89,7 @@ class Trio:
             counter = s.transition_counter
             for k in self.sent:
                 self.sent[k].clear()
-            with dask.config.set({"slimgraph.bulk-dispatch": kind != "one-by-one"}):
+            with switches.set(bulk_dispatch=kind != "one-by-one"):
                 for msg in msgs:
                     await s.update_graph(client="client", **arguments(msg))
             made = s.transition_counter - counter
@@ -314,7 +314,7 @@ def test_a_plugin_listening_to_transitions_hears_stocks_calls():
 
 def test_setting_off():
     async def body():
-        with dask.config.set({"slimgraph.bulk-dispatch": False}):
+        with switches.set(bulk_dispatch=False):
             async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
                 assert dispatch.take_view(s) is None
 
@@ -605,7 +605,7 @@ def test_build_moved_to_a_new_generation_after_its_shadow(monkeypatch, sliced):
 
 
 def test_a_big_commits_messages_reach_each_worker_in_slices_in_order(monkeypatch):
-    """Real workers; ``slimgraph.pace-messages: 3``. The commit's
+    """Real workers; ``slimgraph-switches.pace-messages: 3``. The commit's
     ``compute-task`` messages reach each worker's stream three at a time
     (distributed serializes each batch on the loop): exactly the messages
     the commit made for that worker, in its order; a message sent to that
@@ -669,7 +669,7 @@ def test_a_big_commits_messages_reach_each_worker_in_slices_in_order(monkeypatch
             await p.stock.update_graph(client=p.c_stock.id, **args)
             assert await f_slim.result() == await f_stock.result()
 
-    with dask.config.set({"slimgraph.pace-messages": 3}):
+    with switches.set(pace_messages=3):
         asyncio.run(body())
 
 
@@ -684,7 +684,7 @@ def _tiny_slices():
     saved = dispatch.RUN_MAX, tail.FIRST_BATCH
     dispatch.RUN_MAX = tail.FIRST_BATCH = 20
     try:
-        with dask.config.set({"slimgraph.dispatch-slice-min-tasks": 1, "slimgraph.dispatch-slice": "0.1ms"}):
+        with switches.set(dispatch_slice_min_tasks=1, dispatch_slice="0.1ms"):
             yield
     finally:
         dispatch.RUN_MAX, tail.FIRST_BATCH = saved
@@ -745,7 +745,7 @@ class SlicedTrio(Trio):
             counter = s.transition_counter
             for k in self.sent:
                 self.sent[k].clear()
-            with dask.config.set({"slimgraph.bulk-dispatch": kind != "one-by-one"}), _tiny_slices():
+            with switches.set(bulk_dispatch=kind != "one-by-one"), _tiny_slices():
                 for msg in msgs:
                     await s.update_graph(client="client", **arguments(msg))
                 while s is not self.s["stock"] and s.slim_tails:
@@ -1030,8 +1030,8 @@ def test_slices_leave_the_loop_to_other_handlers_as_long_again(rest, others, mon
                 counter = s.transition_counter
                 stop = asyncio.Event()
                 other = asyncio.ensure_future(busy(stop)) if others and kind != "stock" else None
-                with dask.config.set({"slimgraph.bulk-dispatch": kind != "one-by-one",
-                                      "slimgraph.background-rest": rest}), _tiny_slices():  # fmt: skip
+                with switches.set(bulk_dispatch=kind != "one-by-one"), \
+                        dask.config.set({"slimgraph.background-rest": rest}), _tiny_slices():  # fmt: skip
                     for msg in msgs:
                         await s.update_graph(client="client", **arguments(msg))
                     if kind != "stock":

@@ -27,6 +27,7 @@ import pytest
 from distributed import Client, Event, LocalCluster, Queue, Scheduler, Variable, Worker, wait
 from distributed.utils import offload
 
+from slimgraph import switches
 from slimgraph.distributed import SlimLocalCluster, SlimScheduler, install, installed, uninstall
 from slimgraph.model.taskstate import SlimTaskState
 
@@ -581,7 +582,7 @@ def test_small_submissions_stay_on_the_loop_and_answer_as_fast_as_stock():
     from slimgraph.instrument.recorder import get_history
 
     async def body(min_tasks):
-        with dask.config.set({"slimgraph.offload-min-tasks": min_tasks}):
+        with switches.set(offload_min_tasks=min_tasks):
             async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
                 async with Worker(s.address, nthreads=1):
                     async with Client(s.address, asynchronous=True) as f, \

@@ -23,6 +23,7 @@ import pytest
 from dask._task_spec import Alias, DataNode, Task, TaskRef
 
 from differential import Pair, add, assert_same, inc, layout, snapshot, tree, wait_idle
+from slimgraph import switches
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,7 +42,7 @@ def listening(request, monkeypatch):
     if request.param == "listening":
         yield request.param
         return
-    with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
+    with switches.set(offload_min_tasks=0, offload_min_bytes=0):
         yield request.param
 
 
@@ -362,7 +363,7 @@ def test_releasing_graphs_gives_stocks_transitions_in_stocks_order():
 
 def test_eager_containers_give_the_same_state():
     async def body():
-        with dask.config.set({"slimgraph.lazy-containers": False}):
+        with switches.set(lazy_containers=False):
             async with Pair(n_workers=2) as p:
                 x = (da.ones((50, 50), chunks=10) + 1).sum(axis=0)
                 a, _ = await check(p, lambda c: c.compute(x))
@@ -393,7 +394,7 @@ def test_dependencies_iterate_in_stock_order(lazy):
     dsk["top"] = (add, *[f"mid-{j}" for j in range(60)])
 
     async def body():
-        with dask.config.set({"slimgraph.lazy-containers": lazy}):
+        with switches.set(lazy_containers=lazy):
             async with Pair(n_workers=0) as p:
                 await check(p, lambda c: c.get(dsk, ["top"], sync=False))
                 # dependents too: a finished task recommends its dependents

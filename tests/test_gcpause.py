@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from slimgraph import switches
 from slimgraph.runtime import gcpause
 
 
@@ -278,7 +279,7 @@ def test_an_explicit_collection_during_a_staged_ingestion(monkeypatch, frozen_af
     dashboard session is discarded) finds nothing to traverse, so it
     collects nothing. The garbage is kept with the ingestion's freeze and
     goes once the scheduler has forgotten its tasks; when the ingestion is
-    not frozen at its end (fewer tasks than ``slimgraph.gc-freeze-tasks``),
+    not frozen at its end (fewer tasks than ``slimgraph-switches.gc-freeze-tasks``),
     the shield's freeze ends with it."""
     import dask
     from distributed import Client
@@ -321,8 +322,7 @@ def test_an_explicit_collection_during_a_staged_ingestion(monkeypatch, frozen_af
             gc.collect()
             assert ref() is None
 
-    with dask.config.set({"slimgraph.gc-freeze-tasks": 50 if frozen_after else 10**9, "slimgraph.offload-min-tasks": 0,
-                          "slimgraph.offload-min-bytes": 0}):
+    with switches.set(gc_freeze_tasks=50 if frozen_after else 10**9, offload_min_tasks=0, offload_min_bytes=0):
         asyncio.run(body())
 
 

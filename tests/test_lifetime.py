@@ -22,7 +22,6 @@ import threading
 import time
 from collections import deque
 
-import dask
 import dask.array as da
 import pytest
 from dask import delayed
@@ -30,6 +29,7 @@ from distributed import Client, Scheduler, Worker
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from differential import Pair, wait_idle
+from slimgraph import switches
 from slimgraph.distributed import SlimScheduler
 from slimgraph.instrument.recorder import get_history
 from slimgraph.runtime import threads
@@ -137,7 +137,7 @@ def test_held_containers_see_what_the_scheduler_sees(staged, swap, monkeypatch):
         monkeypatch.setattr(cpython, "dict_swap_available", lambda: False)
 
     async def body():
-        with dask.config.set({"slimgraph.offload-min-tasks": limit, "slimgraph.offload-min-bytes": limit}):
+        with switches.set(offload_min_tasks=limit, offload_min_bytes=limit):
             async with Pair(n_workers=2, listen=False) as p:
                 held = _both_held(p)
                 _check(p, held, "start")
@@ -180,7 +180,7 @@ def test_wait_for_state_sees_a_staged_submission():
     from distributed.utils_test import wait_for_state
 
     async def body():
-        with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
+        with switches.set(offload_min_tasks=0, offload_min_bytes=0):
             async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
                 async with Client(s.address, asynchronous=True) as c:
                     before = s.tasks
@@ -233,7 +233,7 @@ def test_slimgraphs_threads_timers_and_settings_end_with_the_last_slim_scheduler
         assert not _ours(), [(t, "".join(traceback.format_stack(frames[t.ident]))) for t in _ours()]
         before = _process_settings()
         loop = asyncio.get_running_loop()
-        with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
+        with switches.set(offload_min_tasks=0, offload_min_bytes=0):
             a = await SlimScheduler(dashboard_address=":0", host="127.0.0.1")
             b = await SlimScheduler(dashboard_address=":0", host="127.0.0.1")
             async with Worker(a.address, nthreads=1), Worker(b.address, nthreads=1):
@@ -256,7 +256,7 @@ def test_a_scheduler_closed_mid_ingestion_leaves_no_thread():
     thread ends."""
 
     async def body():
-        with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
+        with switches.set(offload_min_tasks=0, offload_min_bytes=0):
             s = await SlimScheduler(dashboard_address=":0", host="127.0.0.1")
             c = await Client(s.address, asynchronous=True)
             fut = c.compute(da.ones((400, 400), chunks=4).sum())  # 10k-chunk graph

@@ -241,8 +241,8 @@ def test_bring_your_own_graph_reads_running_schedulers(tmp_path):
 def test_assertion_cells_catch_a_broken_analysis():
     """Make the "lazy" slim scheduler eager behind the notebook's back: the
     lazy-container assertion cell must fail the run."""
-    broken = ('import dask\n'
-              'dask.config.set({"slimgraph.lazy-containers": False})  # break the comparison')
+    broken = ('from slimgraph import switches\n'
+              'switches.set(lazy_containers=False)  # break the comparison')
     with pytest.raises(CellExecutionError) as info:
         execute("bring_your_own_graph.ipynb", {"MEMRAY": False}, prepend=broken)
     msg = str(info.value)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-import dask
 import dask.array as da
 import dask.bag as db
 import pytest
@@ -17,6 +16,7 @@ from dask import delayed
 from distributed import Scheduler
 
 from differential import diff, snapshot
+from slimgraph import switches
 from slimgraph.bench.payload import arguments, intercept
 from slimgraph.ingest.offline import OfflineScheduler
 from slimgraph.ingest.pipeline import Pipeline
@@ -61,8 +61,7 @@ def _comparable(snap: dict) -> dict:
 @pytest.mark.parametrize("staged", [True, False], ids=["staged", "in-place"])
 def test_offline_pipeline_builds_stock_state(workload, staged):
     async def body():
-        cfg = {"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0, "slimgraph.staging": staged}
-        with dask.config.set(cfg):
+        with switches.set(offload_min_tasks=0, offload_min_bytes=0, staging=staged):
             async with Scheduler(dashboard_address=":0", host="127.0.0.1") as stock:
                 payload = await _payload(stock, WORKLOADS[workload])
                 await stock.update_graph(client="c", **payload)
@@ -149,8 +148,7 @@ def test_compact_task_states_are_named_by_their_priority_int(distinct, monkeypat
         monkeypatch.setattr(index_mod, "compute_order", clashing)
 
     async def body():
-        cfg = {"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0, "slimgraph.compact-ingestion": True}
-        with dask.config.set(cfg):
+        with switches.set(offload_min_tasks=0, offload_min_bytes=0, compact_ingestion=True):
             async with Scheduler(dashboard_address=":0", host="127.0.0.1") as stock:
                 payload = await _payload(stock, WORKLOADS["array"])
                 await stock.update_graph(client="c", **payload)

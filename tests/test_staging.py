@@ -22,6 +22,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import offload
 
 from differential import Pair, assert_same, cpython_checks_failed, layout, snapshot, wait_idle
+from slimgraph import switches
 from slimgraph.ingest import apply as applier
 from slimgraph.ingest.apply import add_tasks, commit, still_valid
 from slimgraph.ingest.build import build
@@ -35,8 +36,8 @@ from slimgraph.instrument.recorder import get_history
 @pytest.fixture(autouse=True)
 def stage_small_graphs():
     """These graphs are small; stage them all the same (by default
-    submissions under ``slimgraph.offload-min-tasks`` stay on the loop)."""
-    with dask.config.set({"slimgraph.offload-min-tasks": 0, "slimgraph.offload-min-bytes": 0}):
+    submissions under ``slimgraph-switches.offload-min-tasks`` stay on the loop)."""
+    with switches.set(offload_min_tasks=0, offload_min_bytes=0):
         yield
 
 
@@ -463,7 +464,7 @@ def test_a_refused_staging_says_why_in_the_record_and_the_log(caplog):
 
 def test_staging_off_by_config():
     async def body():
-        with dask.config.set({"slimgraph.staging": False}):
+        with switches.set(staging=False):
             async with Pair(n_workers=0) as p:
                 _drop_recorders(p)
                 await staged_check(p, WORKLOADS["array-reduction"], expect_staged=False)
@@ -786,7 +787,7 @@ def test_another_client_s_small_submit_does_not_wait_behind_a_big_build(monkeypa
                 assert recs[b.id].ingestion.startswith("in place")
 
     # (the default sizes: the one-task graph is ingested on the loop)
-    with dask.config.set({"slimgraph.offload-min-tasks": 2000, "slimgraph.offload-min-bytes": 262144}):
+    with switches.set(offload_min_tasks=2000, offload_min_bytes=262144):
         run(body())
 
 

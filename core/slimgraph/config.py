@@ -1,9 +1,12 @@
-"""Settings, through dask's config system.
+"""A user's settings, through dask's config system.
 
 Defaults live in ``slimgraph.yaml`` beside this module and are merged into
 ``dask.config`` under the ``slimgraph`` namespace on import, so the usual
-``DASK_SLIMGRAPH__LAZY_CONTAINERS=False`` environment variables, YAML files
-in ``~/.config/dask`` and ``dask.config.set`` all work.
+``DASK_SLIMGRAPH__GC=pause`` environment variables, YAML files in
+``~/.config/dask`` and ``dask.config.set`` all work. Only what a user may
+need to choose is here (docs/settings.md); the switches that turn the
+engine's mechanisms off to measure them are :mod:`slimgraph.switches`'s,
+and :func:`get` refuses their names.
 """
 from __future__ import annotations
 
@@ -30,8 +33,11 @@ def get(name: str):
 
     Falls back to the packaged default when the key is missing: tools such
     as distributed's test fixtures replace ``dask.config.config`` with a copy
-    taken before slimgraph registered its defaults.
+    taken before slimgraph registered its defaults. A name that is no
+    setting (an engine switch, say) raises ``KeyError``.
     """
+    if name not in defaults["slimgraph"]:
+        raise KeyError(f"no slimgraph setting {name!r} (the engine's switches are slimgraph.switches')")
     value = dask.config.get(f"slimgraph.{name}", default=defaults["slimgraph"][name])
     if name == "gc" and value not in GC_POLICIES:
         raise ValueError(f"slimgraph.gc must be one of {GC_POLICIES}, got {value!r}")

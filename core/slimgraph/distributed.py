@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimgraph import config, shim
+from slimgraph import shim, switches
 from slimgraph.ingest.pipeline import Pipeline
 from slimgraph.life import release
 from slimgraph.instrument.records import SubmissionRecord
@@ -227,7 +227,7 @@ def make_slim(scheduler: Scheduler) -> SlimScheduler:
     scheduler.__class__ = SlimScheduler
     _rebind_handlers(scheduler)
     _attach_work(scheduler)
-    scheduler.slim_lazy = bool(config.get("lazy-containers"))
+    scheduler.slim_lazy = bool(switches.get("lazy-containers"))
     scheduler.use_task_queue()
     threads.attach(scheduler)
     return scheduler  # type: ignore[return-value]

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-
-import dask
 import json
 import sys
 import time
@@ -30,6 +28,7 @@ from slimgraph.bench.scale import peak_rss
 async def _run(payload_path: str, kind: str, trace: bool, hooks: bool = True) -> dict:
     from distributed import Scheduler
 
+    from slimgraph import switches
     from slimgraph.bench.payload import load
     from slimgraph.distributed import SlimScheduler
     from slimgraph.instrument.records import rss_bytes
@@ -38,7 +37,7 @@ async def _run(payload_path: str, kind: str, trace: bool, hooks: bool = True) ->
     payload = load(payload_path)
     cls = SlimScheduler if kind in SLIM_KINDS else Scheduler
     off = kind == "slim-dask"
-    with dask.config.set({"slimgraph.compact-ingestion": False}) if off else contextlib.nullcontext():
+    with switches.set(compact_ingestion=False) if off else contextlib.nullcontext():
         out = await _measure(cls, kind, payload, trace, hooks)
     # (what the process held at its peak above its start: what a larger
     # run of the same kind is estimated from, slimgraph.bench.scale)
@@ -48,7 +47,7 @@ async def _run(payload_path: str, kind: str, trace: bool, hooks: bool = True) ->
 
 
 #: ``slim``: the slim engine as configured (compact ingestion on by
-#: default); ``slim-dask``: the same with ``slimgraph.compact-ingestion``
+#: default); ``slim-dask``: the same with ``slimgraph-switches.compact-ingestion``
 #: off, dask materializing every node (what compact ingestion saves)
 SLIM_KINDS = ("slim", "slim-dask")
 

@@ -94,7 +94,7 @@ def stall(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     between two 2 ms ticks of the calling thread meanwhile (seconds)."""
     import threading
 
-    from slimgraph import config
+    from slimgraph import switches
     from slimgraph.runtime import switching
 
     out: list = []
@@ -106,7 +106,7 @@ def stall(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
         except BaseException as e:  # re-raised below, in the caller
             err.append(e)
 
-    switching.hold(config.get("switch-interval"))  # as during an ingestion
+    switching.hold(switches.get("switch-interval"))  # as during an ingestion
     try:
         th = threading.Thread(target=work, daemon=True)
         last = time.perf_counter()

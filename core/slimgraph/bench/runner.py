@@ -5,7 +5,8 @@ JSON schema written by ``--json PATH`` (also documented in docs/benchmarks.md)::
     {
       "workload": "array", "requested_tasks": 1000000, "tasks": 1001234,
       "edges": 2000000, "versions": {"dask": ..., "distributed": ..., "python": ...},
-      "config": {"slimgraph.ordering": "fast", ...},
+      "config": {"slimgraph.ordering": "fast", "slimgraph.gc": "auto",
+                 "slimgraph-switches.lazy-containers": true, ...},
       "stock": RUN, "slim": RUN, "slim-dask": RUN (slim, compact ingestion off),
       "ratios": {"total": stock/slim, "owned_phases": ..., "order": ...,
                  "rss_bytes_per_task": ..., "engine_bytes_per_task": ...},
@@ -13,7 +14,10 @@ JSON schema written by ``--json PATH`` (also documented in docs/benchmarks.md)::
                 "deserialize_stall_seconds", "materialize_stall_seconds"}
     }
 
-``floor`` (absent with ``--no-floor``) holds the limits of
+``config`` holds the user settings that shape a run and every engine switch
+(:mod:`slimgraph.switches`; ``--without NAME`` and ``--switch NAME=VALUE``
+set them, in every process the bench starts). ``floor`` (absent with
+``--no-floor``) holds the limits of
 :mod:`slimgraph.bench.floor`: RSS growth of dask's deserialize and
 materialize alone, the time of a bare CPython loop that builds the fewest
 possible task objects and edges, and the longest stall dask's deserialize
@@ -104,7 +108,7 @@ def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: 
     import dask
     import distributed
 
-    from slimgraph import config
+    from slimgraph import config, switches
     from slimgraph.bench import payload as payload_mod
     from slimgraph.workloads import WORKLOADS
 
@@ -143,7 +147,8 @@ def bench(workload: str, tasks: int, json_path: str | None = None, tracemalloc: 
             "distributed": distributed.__version__,
             "python": platform.python_version(),
         },
-        "config": {f"slimgraph.{k}": config.get(k) for k in ("ordering", "gc", "lazy-containers", "compact-ingestion")},
+        "config": {**{f"slimgraph.{k}": config.get(k) for k in ("ordering", "gc")},
+                   **{f"{switches.NAMESPACE}.{k}": v for k, v in switches.current().items()}},
         **runs,
     }
     if limits is not None:
@@ -190,6 +195,9 @@ def format_table(result: dict) -> str:
         f"gc={result['config']['slimgraph.gc']}",
         "",
     ]
+    moved = _switched(result["config"])
+    if moved:
+        lines[-1:-1] = ["engine switches: " + "  ".join(f"{k}={v!r}" for k, v in moved.items())]
     head = f"{'phase':<20}" + "".join(f"{TITLES[k] + ' s':>15}{'us/task':>10}" for k in kinds)
     if pair:
         head += f"{'stock/slim':>12}"
@@ -253,6 +261,49 @@ def format_table(result: dict) -> str:
     if result.get("floor"):
         lines += ["", *format_floor(result)]
     return "\n".join(lines)
+
+
+def _switched(cfg: dict) -> dict:
+    """The engine switches a run's config holds at other than their default."""
+    from slimgraph import switches
+
+    prefix = switches.NAMESPACE + "."
+    return {k[len(prefix):]: v for k, v in cfg.items()
+            if k.startswith(prefix) and v != switches.DEFAULTS.get(k[len(prefix):])}
+
+
+def switch_values(without: list | None, given: list | None) -> dict:
+    """The engine switches ``--without NAME`` and ``--switch NAME=VALUE`` ask for."""
+    from slimgraph import switches
+
+    values = {name: switches.OFF[name] for name in without or ()}
+    values.update(switches.parse(text) for text in given or ())
+    return values
+
+
+def apply_switches(values: dict) -> None:
+    """Set engine switches in this process and, through the environment, in
+    every process it starts from now on (schedulers, workers, the engine
+    mode's children): the bench's processes inherit its environment."""
+    from slimgraph import switches
+
+    if not values:
+        return
+    os.environ.update(switches.environ(values))
+    switches.set(values)
+    sys.stderr.write("engine switches: " + "  ".join(f"{k}={v!r}" for k, v in values.items()) + "\n")
+
+
+def _record_switches(json_path: str | None, values: dict) -> None:
+    """Add the switches set to a mode's JSON (the engine mode's ``config``
+    has them already)."""
+    if not json_path or not values:
+        return
+    with open(json_path) as f:
+        result = json.load(f)
+    result["switches"] = values
+    with open(json_path, "w") as f:
+        json.dump(result, f, indent=1)
 
 
 def format_sending(result: dict, kinds: list, pair: bool) -> list:
@@ -319,6 +370,8 @@ def format_floor(result: dict) -> list:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from slimgraph.switches import DEFAULTS, OFF
+
     ap = argparse.ArgumentParser(prog="python -m slimgraph bench", description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="array")
     ap.add_argument("--tasks", type=int, default=None,
@@ -330,8 +383,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
     ap.add_argument("--only", choices=("stock", "slim", "slim-dask"), help="run one kind only")
     ap.add_argument("--no-compact-off", dest="compact_off", action="store_false",
-                    help="skip the third run: slim with slimgraph.compact-ingestion off "
+                    help="skip the third run: slim with slimgraph-switches.compact-ingestion off "
                          "(dask materializes every node), which shows what compact ingestion saves")
+    ap.add_argument("--without", action="append", metavar="SWITCH", choices=sorted(OFF),
+                    help="turn an engine mechanism off, in every mode (repeatable; slimgraph.switches): "
+                         + ", ".join(sorted(OFF)))
+    ap.add_argument("--switch", action="append", metavar="NAME=VALUE",
+                    help="set an engine switch (repeatable; slimgraph.switches), the value a Python "
+                         "literal or text such as 0.1ms: " + ", ".join(DEFAULTS))
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="skip the limits run (slimgraph.bench.floor)")
     ap.add_argument("--mode", choices=("engine", "client", "dashboard", "life", "statemachine", "scale"), default="engine",
@@ -374,6 +433,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="dashboard mode: then this long, submit jobs while reloading our page "
                          "and dask's /status and /graph of both engines (default 0: no soak)")
     a = ap.parse_args(argv)
+    try:
+        values = switch_values(a.without, a.switch)
+    except (KeyError, ValueError) as e:
+        ap.error(str(e))
+    apply_switches(values)
     if a.tasks is None:
         a.tasks = {"dashboard": 1_000_000, "scale": 10_000_000}.get(a.mode, 20_000)
     if a.mode != "client" and a.background_nice:
@@ -388,6 +452,7 @@ def main(argv: list[str] | None = None) -> None:
         from slimgraph.bench.browser import bench_dashboard, format_dashboard_table
 
         print(format_dashboard_table(bench_dashboard(a.workload, a.tasks, a.soak_minutes, a.json_path)))
+        _record_switches(a.json_path, values)
         return
     if a.mode == "statemachine":
         if a.only:
@@ -402,6 +467,7 @@ def main(argv: list[str] | None = None) -> None:
             with open(a.json_path, "w") as fh:
                 json.dump(result, fh, indent=1)
         print(format_statemachine_table(result, a.workload))
+        _record_switches(a.json_path, values)
         return
     if a.mode == "life":
         if a.only:
@@ -410,6 +476,7 @@ def main(argv: list[str] | None = None) -> None:
 
         print(format_life_table(bench_life(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds,
                                            a.profiles)))
+        _record_switches(a.json_path, values)
         return
     if a.mode == "client":
         if a.only:
@@ -419,6 +486,7 @@ def main(argv: list[str] | None = None) -> None:
         print(format_client_table(
             bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds, a.load,
                          a.real_use, a.dashboard_pages, a.background_nice)))
+        _record_switches(a.json_path, values)
         return
     if a.mode == "scale":
         from slimgraph.bench.scale import bench_scale, format_scale_table

@@ -429,7 +429,7 @@ class App:
         else:
             note = ("Each engine is a scheduler process of its own with its workers, "
                     "started by this app.")  # fmt: skip
-        note += ("<br>Options: <i>lazy containers</i> = the slimgraph.lazy-containers setting; "
+        note += ("<br>Options: <i>lazy containers</i> = the engine switch slimgraph-switches.lazy-containers; "
                  "<i>ingest only</i> releases the graph after update_graph (no compute); otherwise it is "
                  "computed to the end, or cancelled the seconds given after its ingestion; "
                  "<i>memray</i> captures the scheduler's update_graph (peak, top sites, flamegraph download).")

@@ -206,7 +206,7 @@ class ClusterManager:
         return t
 
     def set_lazy(self, e: Entry, flag: bool) -> bool:
-        """``slimgraph.lazy-containers`` for the next submissions to ``e``."""
+        """``slimgraph-switches.lazy-containers`` for the next submissions to ``e``."""
         return e.feed.sync(e.feed.set_lazy, flag, timeout=60)
 
     def close(self) -> None:

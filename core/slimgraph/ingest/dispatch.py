@@ -65,7 +65,7 @@ from typing import Any
 import dask
 from sortedcontainers import SortedDict
 
-from slimgraph import config, shim
+from slimgraph import shim, switches
 from slimgraph.model.messages import compute_task_msg
 from slimgraph.model.taskstate import NO_EXTRA
 
@@ -83,7 +83,7 @@ _IDLE, _IDLE_TASK_COUNT, _SATURATED = 0, 1, 2
 def take_view(state: Any) -> tuple | None:
     """What the shadow starts from (on the event loop); None when bulk
     dispatch is off."""
-    if not config.get("bulk-dispatch"):
+    if not switches.get("bulk-dispatch"):
         return None
     workers = list(state.workers.values())
     running = state.running

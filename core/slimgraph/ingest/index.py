@@ -8,7 +8,7 @@ outside. Everything after works on those integers. Nothing here reads or
 writes scheduler state, so it can run in a worker thread
 (:func:`prepare` is what the pipeline offloads).
 
-A compact graph (:mod:`slimgraph.ingest.compact`, ``slimgraph.compact-ingestion``)
+A compact graph (:mod:`slimgraph.ingest.compact`, ``slimgraph-switches.compact-ingestion``)
 comes numbered already: :func:`index_compact` takes its keys, CSR
 dependencies and outside keys as they are, and only walks what the
 requested keys reach. The ordering reads its integers too, and builds a

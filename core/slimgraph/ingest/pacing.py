@@ -11,7 +11,7 @@ array on persisted inputs: 745k tasks ready at once): one 67 s block in
 ``protocol.dumps`` right after a 5 s commit, the longest of the run. Stock
 pays the same after its own ``update_graph``.
 
-How. When a commit gives a worker more than ``slimgraph.pace-messages``
+How. When a commit gives a worker more than ``slimgraph-switches.pace-messages``
 messages, a :class:`Pacer` holds them and hands them to the worker's stream
 in slices of that many, as a background job of the scheduler's executor
 (:mod:`slimgraph.runtime.loopwork`): a slice is handed to the
@@ -37,7 +37,7 @@ from collections import deque
 from time import perf_counter
 from typing import Any
 
-from slimgraph import config, shim
+from slimgraph import shim, switches
 from slimgraph.runtime import loopwork
 
 __all__ = ["send_all", "Pacer"]
@@ -46,7 +46,7 @@ __all__ = ["send_all", "Pacer"]
 def send_all(state: Any, client_msgs: dict, worker_msgs: dict) -> None:
     """``state.send_all``, with big per-worker lists paced (see the module
     docstring)."""
-    n = config.get("pace-messages")
+    n = switches.get("pace-messages")
     streams = getattr(state, "stream_comms", None)
     if n and streams:
         rest = {}

@@ -22,11 +22,11 @@ the event loop keeps serving, then published in one short commit that first
 checks that nothing the build read has changed. Everything else, and a
 refused commit, is ingested *in place*: built, replayed and applied on the
 loop with nothing in between, as stock does. Small submissions stay on the
-loop throughout (``slimgraph.offload-min-tasks`` / ``-bytes``): a thread
+loop throughout (``slimgraph-switches.offload-min-tasks`` / ``-bytes``): a thread
 hand-off costs them more than the work, and would make a small ``submit``
 answer later than on stock.
 
-Materializing. With ``slimgraph.compact-ingestion`` (the default) the
+Materializing. With ``slimgraph-switches.compact-ingestion`` (the default) the
 expression becomes a :class:`~slimgraph.ingest.compact.CompactGraph`: keys,
 integer dependencies and one source code per task, no dask node per task;
 layers, steps or whole graphs it cannot prove equal go to dask's own
@@ -56,7 +56,7 @@ import logging
 from time import time
 from typing import Any
 
-from slimgraph import config, shim
+from slimgraph import shim, switches
 from slimgraph.ingest import apply as applier
 from slimgraph.ingest import dispatch, pacing, tail
 from slimgraph.ingest.build import build
@@ -118,7 +118,7 @@ class Pipeline:
         rec.stimulus_id = stimulus_id
         shim.graph_update_started(s)
         policy = self.policy = gcpolicy.enter()
-        switching.hold(config.get("switch-interval"))
+        switching.hold(switches.get("switch-interval"))
         status, error = "OK", None
         # whether this submission joins the latest Computation: decided on
         # arrival (see joins_last_computation)
@@ -128,7 +128,7 @@ class Pipeline:
             del expr_ser
             cull = shim.culls_explicitly(expr)
             with rec.phase("materialize", where="offload") as p:
-                if config.get("compact-ingestion"):
+                if switches.get("compact-ingestion"):
                     # culled here already where stock culls (see compact.fallback)
                     dsk = await threads.offload(compact.materialize, expr, keys, cull, s.validate)
                     annotations_by_type = dsk.annotations
@@ -141,13 +141,13 @@ class Pipeline:
                 p.tasks = len(dsk)
             # the decoded expression freed in steps in a worker thread, not
             # in one cascade here (nothing reads it after materializing)
-            decoded = disposal.big(*compact.expression_containers(expr)) if config.get("compact-ingestion") else []
+            decoded = disposal.big(*compact.expression_containers(expr)) if switches.get("compact-ingestion") else []
             del expr
             if decoded:
                 await threads.offload(disposal.drain, decoded)
             if not self.shielded and gcpolicy.big(policy, len(dsk)):
                 self.shielded = gcpolicy.shield(policy)
-            small = len(dsk) < config.get("offload-min-tasks")
+            small = len(dsk) < switches.get("offload-min-tasks")
             if small:
                 index, priorities = prepare(dsk, keys, cull, internal_priority, rec, "event-loop")
             else:
@@ -210,7 +210,7 @@ class Pipeline:
             garbage = disposal.big(*index.temporaries(), priorities, *b.temporaries(), *plan.temporaries())
             del index, priorities, sub, b, plan, done
             if garbage:
-                await threads.offload(disposal.drain_and_give_back, garbage, bool(config.get("trim-heap")))
+                await threads.offload(disposal.drain_and_give_back, garbage, bool(switches.get("trim-heap")))
         except Exception as e:
             status, error = "error", f"{type(e).__name__}: {e}"
             s.log_event(
@@ -237,18 +237,18 @@ class Pipeline:
 
     async def _deserialize(self, expr_ser: Any) -> Any:
         """Stock deserializes on the loop; a big graph is unpickled in a
-        thread here (``slimgraph.offload-min-bytes``)."""
+        thread here (``slimgraph-switches.offload-min-bytes``)."""
         try:
             size = sum(memoryview(f).nbytes for f in expr_ser.frames)
         except Exception:
             size = None  # not a serialized graph: deserialize reports it
-        inline = size is not None and size < config.get("offload-min-bytes")
+        inline = size is not None and size < switches.get("offload-min-bytes")
         if not inline and not self.shielded:
             # a big graph: collections from now on would traverse it
             self.shielded = gcpolicy.shield(self.policy)
         # with compact ingestion, pickled Tasks without dask's __setstate__
         # (slimgraph.ingest.decode); off: distributed's own, as stock
-        loads = decode.deserialize if config.get("compact-ingestion") else shim.deserialize
+        loads = decode.deserialize if switches.get("compact-ingestion") else shim.deserialize
         with self.rec.phase("deserialize", where="event-loop" if inline else "offload"):
             try:
                 if inline:
@@ -267,7 +267,7 @@ class Pipeline:
         stageable, or the state changed meanwhile (then: in place)."""
         s = self.target
         rec = self.rec
-        why = refusal(s, sub) if config.get("staging") else "slimgraph.staging is off"
+        why = refusal(s, sub) if switches.get("staging") else "slimgraph-switches.staging is off"
         if why is None:
             seq_base = s.queued.reserve(len(sub.index.reached))
             complete = any(applier.listeners(s).values())

@@ -62,10 +62,9 @@ from time import perf_counter
 from types import SimpleNamespace
 from typing import Any
 
-import dask
 from dask.utils import parse_timedelta
 
-from slimgraph import config, shim
+from slimgraph import shim, switches
 from slimgraph.ingest import dispatch, pacing
 from slimgraph.runtime import disposal, loopwork
 
@@ -78,8 +77,8 @@ _NO_BUILD = SimpleNamespace(prefixes={}, sub=SimpleNamespace(actors=None))
 
 
 def slice_seconds() -> float:
-    """``slimgraph.dispatch-slice`` in seconds (0: no tail)."""
-    v = config.get("dispatch-slice")
+    """The ``dispatch-slice`` switch in seconds (0: no tail)."""
+    v = switches.get("dispatch-slice")
     if not v:
         return 0.0
     return float(parse_timedelta(v, default="s"))
@@ -90,7 +89,7 @@ def wanted(state: Any, b: Any, plan: Any) -> bool:
     them, none queued as root-ish, none with restrictions or an actor."""
     if not slice_seconds() or plan.queued or state.validate or b.sub.actors or plan.stock:
         return False
-    if len(plan.handoffs) < int(config.get("dispatch-slice-min-tasks")):
+    if len(plan.handoffs) < int(switches.get("dispatch-slice-min-tasks")):
         return False
     return all(dispatch._qualifies(ts) for _, ts in plan.handoffs)
 
@@ -342,7 +341,7 @@ class Tails:
         except Exception:
             # the rest still has to go: distributed's transitions, now
             logger.exception("slimgraph: a slice of ready tasks failed; sending the rest one by one")
-            with dask.config.set({"slimgraph.bulk-dispatch": False}):
+            with switches.set(bulk_dispatch=False):
                 tail.step(float("inf"))
         self.slices += tail.slices - slices
         self.sent += tail.sent - sent

@@ -276,17 +276,16 @@ class SlimgraphExtension:
         return "phases" if hooks.record_phases else "hook-only"
 
     def set_lazy(self, flag: bool) -> bool:
-        """``slimgraph.lazy-containers`` for the next submissions: the config
-        (global in the scheduler's process) and, since a SlimScheduler reads
-        it once at start, its ``slim_lazy`` attribute. Returns the setting."""
-        import dask.config
+        """The ``lazy-containers`` switch (:mod:`slimgraph.switches`) for the
+        next submissions: the switch (global in the scheduler's process) and,
+        since a SlimScheduler reads it once at start, its ``slim_lazy``
+        attribute. Returns the switch's value."""
+        from slimgraph import switches
 
-        from slimgraph import config
-
-        dask.config.set({"slimgraph.lazy-containers": bool(flag)})
+        switches.set(lazy_containers=bool(flag))
         if hasattr(self.scheduler, "slim_lazy"):
             self.scheduler.slim_lazy = bool(flag)
-        return bool(config.get("lazy-containers"))
+        return bool(switches.get("lazy-containers"))
 
     def memray_arm(self, directory: str | None = None, native_traces: bool = False) -> str:
         """Capture the next update_graph with memray; returns the capture's path."""

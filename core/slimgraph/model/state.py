@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimgraph import config
+from slimgraph import switches
 from slimgraph.model.messages import compute_task_msg
 from slimgraph.model.queue import TaskQueue
 from slimgraph.model.taskstate import SlimTaskState
@@ -44,7 +44,7 @@ _CONTAINER_FREE = frozenset(
 class SlimSchedulerState(TransitionHook):
     """Mixin that puts a SchedulerState on slim task states."""
 
-    #: Whether containers are lazy/shared (read from config at construction).
+    #: Whether containers are lazy/shared (the ``lazy-containers`` switch at construction).
     slim_lazy: bool
     #: Bumped whenever keys or task groups are added; a staged ingestion
     #: (slimgraph.ingest.apply.commit) built while it was unchanged can skip re-checks.
@@ -60,7 +60,7 @@ class SlimSchedulerState(TransitionHook):
     slim_tails: Any = None
 
     def __init__(self, *args: Any, **kwargs: Any):
-        self.slim_lazy = bool(config.get("lazy-containers"))
+        self.slim_lazy = bool(switches.get("lazy-containers"))
         self.slim_epoch = 0
         super().__init__(*args, **kwargs)
         self.use_task_queue()

@@ -14,7 +14,7 @@ structures, e.g. a queue that adopted a staged list, must not be).
 
 Freed is not returned: glibc keeps the freed heap mapped, and the process's
 RSS stays where the ingestion's peak left it. :func:`give_back` (after a
-drain, ``slimgraph.trim-heap``) asks glibc to return it (``malloc_trim``,
+drain, ``slimgraph-switches.trim-heap``) asks glibc to return it (``malloc_trim``,
 a few ms in the worker thread). What it keeps: the scheduler's RSS growth
 per task within its target (<= 750 B): without it, ``bench --workload
 array|delayed --tasks 1000000 --only slim`` grew 916 and 849 B/task against
@@ -30,7 +30,7 @@ from collections import deque
 from time import perf_counter
 from typing import Any
 
-from slimgraph import config
+from slimgraph import switches
 from slimgraph.runtime import threads
 
 #: Most entries freed per step, and the time a step should take: a step is
@@ -164,6 +164,6 @@ def free_later(containers: list) -> None:
 
 async def _drain_off_loop(containers: list) -> None:
     try:
-        await threads.offload(drain_and_give_back, containers, bool(config.get("trim-heap")))
+        await threads.offload(drain_and_give_back, containers, bool(switches.get("trim-heap")))
     except RuntimeError:  # the offload thread is gone (the interpreter exits)
         containers.clear()

@@ -88,13 +88,13 @@ def paused() -> Iterator[None]:
 # the tail of a 1M-task array ingestion, full collections grew from 0.24 s
 # to 2.1 s, each one a block of the event loop. So while frozen, a full
 # collection that follows one that took longer than
-# ``slimgraph.gc-full-max`` freezes first (in the collector's "start"
+# ``slimgraph-switches.gc-full-max`` freezes first (in the collector's "start"
 # callback, below): what survived two young collections joins the freeze,
 # until the scheduler is idle. Young collections run as ever, and collect
 # young garbage; a full one stays short.
 
 _frozen = False
-#: ``slimgraph.gc-full-max`` in seconds, read when a freeze begins
+#: ``slimgraph-switches.gc-full-max`` in seconds, read when a freeze begins
 _full_max = float("inf")
 #: how long the last full collection took, and when the current one began
 _last_full = 0.0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dask.utils import parse_timedelta
 
-from slimgraph import config
+from slimgraph import config, switches
 from slimgraph.runtime import gcpause
 
 
@@ -44,21 +44,21 @@ def shield(policy: str) -> bool:
 
 def big(policy: str, tasks: int) -> bool:
     """Whether an ingestion of ``tasks`` tasks will be frozen at its end."""
-    return policy == "freeze" or (policy == "auto" and tasks >= config.get("gc-freeze-tasks"))
+    return policy == "freeze" or (policy == "auto" and tasks >= switches.get("gc-freeze-tasks"))
 
 
 def exit(policy: str, new_tasks: int = 0, shielded: bool = False) -> None:
     """End an ingestion that made ``new_tasks`` task states."""
     if policy == "stock":
         return
-    if policy == "freeze" or (policy == "auto" and new_tasks >= config.get("gc-freeze-tasks")):
+    if policy == "freeze" or (policy == "auto" and new_tasks >= switches.get("gc-freeze-tasks")):
         # The new task states are long-lived: keep them out of every future
         # collection's traversal until the scheduler is idle. (Another
         # ingestion still running is frozen with them, as it would be at its
         # own exit: a freeze keeps only cyclic garbage.) Frozen before the
         # collector is back on, so that no collection can start in between
         # and traverse them after all.
-        gcpause.freeze_until_idle(float(parse_timedelta(config.get("gc-full-max"), default="s")))
+        gcpause.freeze_until_idle(float(parse_timedelta(switches.get("gc-full-max"), default="s")))
     if shielded:
         gcpause.unshield()
     gcpause.release()

@@ -7,7 +7,7 @@ socket read, psutil reading ``/proc`` for the system monitor) it waits for
 the busy thread to hand it back: up to ``sys.getswitchinterval()`` (5 ms)
 per call. A callback making forty system calls then takes 200 ms (the
 "convoy effect"). While an ingestion is in flight, the interval is
-lowered to ``slimgraph.switch-interval`` (0.5 ms) and restored after the
+lowered to ``slimgraph-switches.switch-interval`` (0.5 ms) and restored after the
 last one ends; the busy thread loses well under one percent to the extra
 switches.
 
@@ -15,7 +15,7 @@ Holds are counted, like :mod:`slimgraph.runtime.gcpause`, because ingestions
 overlap.
 
 What it keeps: the longest event-loop block of a 1M-task ingestion within
-its target (<= 0.2 s). Without it (``slimgraph.switch-interval: null``),
+its target (<= 0.2 s). Without it (``slimgraph-switches.switch-interval: null``),
 ``bench --workload array|delayed --tasks 1000000 --only slim``: 0.150 and
 0.189 s against 0.064 and 0.050 s with it (benchmarks/LOG.md, 2026-12-07,
 fifth session).
