@@ -37,8 +37,8 @@ from packaging.version import Version
 from slimgraph import config
 
 #: Inclusive range of dask and distributed releases slimgraph supports:
-#: every release in between passes the differential suites (see README,
-#: "Supported releases").
+#: every release in between passes the differential suites
+#: (docs/interpreters.md, ``.ci/against-release``).
 SUPPORTED = ("2026.3.0", "2026.8.0")
 
 
