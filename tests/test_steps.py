@@ -23,6 +23,11 @@ def test_conversions_equal_the_one_call_ones(n):
     assert steps.tolist(a) == a.tolist() and all(type(x) is int for x in steps.tolist(a))
     got = steps.int_array(ints, np)
     assert got.dtype == np.int64 and got.tolist() == ints
+    got = steps.int64_array(ints)
+    assert got.dtype == np.int64 and got.tolist() == ints
+    # a view of the permutation reads as its ints, in steps
+    perm = np.argsort(np.asarray(ints, dtype=np.int64), kind="stable")
+    assert steps.list_map(ints.__getitem__, memoryview(perm)) == [ints[i] for i in perm.tolist()]
     objs = np.empty(n, dtype=object)
     objs[:] = [(i,) for i in range(n)]
     assert steps.tolist(objs) == objs.tolist()
@@ -36,6 +41,12 @@ def test_conversions_equal_the_one_call_ones(n):
     d = {k: i for i, k in enumerate(keys)}
     assert steps.list_of(d) == list(d) and steps.list_of(d.values()) == list(d.values())
     assert steps.list_of(iter(keys)) == keys
+
+
+def test_int64_array_refuses_what_is_not_a_64_bit_int():
+    for bad in ([1, 2, 3, 4, 5, 2.5], [1, 2, 3, 4, 5, 2**63], [1, 2, 3, 4, 5, "6"]):
+        with pytest.raises((TypeError, OverflowError)):
+            steps.int64_array(bad)
 
 
 def test_int_array_overflows_like_numpy():
