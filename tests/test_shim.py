@@ -603,9 +603,14 @@ def test_withheld_plugins_hear_nothing_of_a_step_and_come_back_in_their_places()
             assert s.plugins["b"] is b and type(s.plugins) is shim.PluginTable
             shim.transition(s, "x", "released", "test")
             assert b.heard == d.heard == [("x", "waiting", "released")]
-            with shim.plugins_withheld(s, {id(a): a, id(b): b, id(d): d}):
+            with shim.plugins_withheld(s, {id(a): a, id(b): b, id(d): d}):  # (the last ones)
                 assert not s.plugins or all(p not in (a, b, d) for p in s.plugins.values())
             assert list(s.plugins) == [n for n in order if n != "c"] + ["d"]
+            e = _Heard("e")
+            with shim.plugins_withheld(s, {id(d): d}):
+                s.add_plugin(e)
+                assert list(s.plugins)[-1] == "e" and "d" not in s.plugins
+            assert list(s.plugins) == [n for n in order if n != "c"] + ["d", "e"]
 
     run(body())
 

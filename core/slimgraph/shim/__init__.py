@@ -661,37 +661,77 @@ class PluginTable(dict):
 
     __slots__ = ()
 
-    @contextlib.contextmanager
-    def withheld(self, ids: Any) -> Any:
-        """Inside, the plugins whose ``id`` is in ``ids`` are out of the
-        table: distributed's code (``_transition``'s calls, any hook) does
-        not see them, the others keep their order. At the end they are back
-        in their places; a plugin added inside stays, after them, and one
-        removed inside stays out (a withheld plugin whose name was taken
-        inside gives way to the new one)."""
-        if not ids or not any(id(p) in ids for p in self.values()):
-            yield
-            return
-        before = list(self.items())
-        for name, p in before:
-            if id(p) in ids:
-                del self[name]
-        try:
-            yield
-        finally:
-            self._put_back(before, ids)
+    def withheld(self, ids: Any) -> "Withheld":
+        """Context: inside, the plugins whose ``id`` is in ``ids`` are out
+        of the table, so distributed's code (``_transition``'s calls, any
+        hook) does not see them; the others keep their order. At the end
+        they are back in their places; a plugin added inside stays, after
+        them, and one removed inside stays out (a withheld plugin whose
+        name was taken inside gives way to the new one)."""
+        return Withheld(self, ids)
 
-    def _put_back(self, before: list, ids: Any) -> None:
-        now = dict(self)
-        table = {}
-        for name, p in before:
+
+class Withheld:
+    """:meth:`PluginTable.withheld`'s context. It runs around every
+    transition made while plugin calls are owed, so the common case is
+    short: the withheld plugins at the table's end (added after
+    distributed's own) and nothing added inside; they go back with an
+    insertion each."""
+
+    __slots__ = ("table", "ids", "names", "out", "out_names")
+
+    def __init__(self, table: dict, ids: Any) -> None:
+        self.table = table
+        self.ids = ids
+        #: the plugins taken out (None: nothing withheld) and their names
+        self.out: list | None = None
+        self.out_names: list = []
+        #: the table's names as the step started
+        self.names: list = []
+
+    def __enter__(self) -> None:
+        ids = self.ids
+        if not ids:
+            return
+        table = self.table
+        out = out_names = None
+        for name, p in table.items():
+            if id(p) in ids:
+                if out is None:
+                    out, out_names = [], []
+                out.append(p)
+                out_names.append(name)
+        if out is None:
+            return
+        self.names = list(table)
+        for name in out_names:
+            del table[name]
+        self.out = out
+        self.out_names = out_names
+
+    def __exit__(self, *exc: Any) -> None:
+        out = self.out
+        if out is None:
+            return
+        table = self.table
+        names = self.names
+        k = len(out)
+        # withheld at the end, nothing added inside (a name added last, or
+        # fewer names, would show): they go back after the others, as before
+        if (len(table) == len(names) - k and names[-k:] == self.out_names
+                and next(reversed(table), None) == (names[-k - 1] if len(names) > k else None)):
+            for name, p in zip(self.out_names, out):
+                table[name] = p
+            return
+        now = dict(table)
+        back = dict(zip(self.out_names, out))
+        table.clear()
+        for name in names:
             if name in now:
                 table[name] = now.pop(name)
-            elif id(p) in ids:
-                table[name] = p
+            elif name in back:
+                table[name] = back[name]
         table.update(now)
-        self.clear()
-        self.update(table)
 
 
 def table_plugins(state: Any) -> None:
