@@ -755,11 +755,13 @@ class StepEntries:
 
     A log at its ``maxlen`` drops its oldest entry on each append; the
     entries taken out leave it that much shorter until the caller puts
-    them (or newer ones) back. Those dropped would have been dropped by
-    then anyway, so the log ends as it would have. A single call whose
-    entries outnumber ``maxlen`` pushes the mark out: :meth:`take` then
-    gets what the log still holds, the rest is lost (distributed's
-    default keeps 100,000; a transition call here appends a few)."""
+    back every entry it took, or more entries than the log keeps (a
+    commit whose replay fills it), so those dropped would have been
+    dropped anyway and the log ends as it would have. Entries between two
+    takes must fit in the log (``maxlen`` at least that many: a hand-off's
+    call appends one or two, distributed's default keeps 100,000);
+    beyond, the mark is pushed out and :meth:`take` gets only what the log
+    still holds."""
 
     __slots__ = ("log", "mark")
 
