@@ -548,6 +548,140 @@ def test_shadow_workers_choose_count_and_saturate_as_distributed():
     run(body())
 
 
+# -- steps of distributed's own transitions (slimgraph.ingest.apply, .tail, .deliveries)
+class _Heard(SchedulerPlugin):
+    def __init__(self, name):
+        self.name = name
+        self.heard = []
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        self.heard.append((key, start, finish))
+
+
+def test_a_slim_schedulers_plugins_are_a_table_made_once_in_stocks_order():
+    """A slim scheduler's ``plugins`` is a PluginTable from the start (and
+    after ``make_slim``), holding what a stock scheduler's holds, in its
+    order; making it again keeps the same table."""
+    from slimgraph.distributed import SlimScheduler, make_slim
+
+    async def body():
+        async with Scheduler(dashboard_address=":0", host="127.0.0.1") as stock:
+            async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as slim:
+                assert type(slim.plugins) is shim.PluginTable and isinstance(slim.plugins, dict)
+                kinds = [type(p) for p in stock.plugins.values()]
+                assert [type(p) for p in slim.plugins.values()] == kinds != []
+                table = slim.plugins
+                shim.table_plugins(slim)
+                assert slim.plugins is table
+            names = list(stock.plugins)
+            make_slim(stock)
+            assert type(stock.plugins) is shim.PluginTable and list(stock.plugins) == names
+
+    run(body())
+
+
+def test_withheld_plugins_hear_nothing_of_a_step_and_come_back_in_their_places():
+    """Inside ``plugins_withheld`` distributed's own transition tells only
+    the other plugins; after it the withheld ones are back in their places,
+    a plugin added inside stays (after them), one removed inside stays out."""
+    from slimgraph.distributed import SlimScheduler
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            a, b, c, d = (_Heard(n) for n in "abcd")
+            for p in (a, b, c):
+                s.add_plugin(p)
+            order = list(s.plugins)
+            s.new_task("x", Task("x", inc, 1), "released").priority = (0, 0, 0)
+            with shim.plugins_withheld(s, {id(b): b}):
+                assert "b" not in s.plugins and list(s.plugins) == [n for n in order if n != "b"]
+                shim.transition(s, "x", "waiting", "test")
+                s.add_plugin(d)
+                s.remove_plugin("c")
+            assert a.heard == c.heard == [("x", "released", "waiting")] and b.heard == []
+            assert list(s.plugins) == [n for n in order if n != "c"] + ["d"]
+            assert s.plugins["b"] is b and type(s.plugins) is shim.PluginTable
+            shim.transition(s, "x", "released", "test")
+            assert b.heard == d.heard == [("x", "waiting", "released")]
+            with shim.plugins_withheld(s, {id(a): a, id(b): b, id(d): d}):  # (the last ones)
+                assert not s.plugins or all(p not in (a, b, d) for p in s.plugins.values())
+            assert list(s.plugins) == [n for n in order if n != "c"] + ["d"]
+            e = _Heard("e")
+            with shim.plugins_withheld(s, {id(d): d}):
+                s.add_plugin(e)
+                assert list(s.plugins)[-1] == "e" and "d" not in s.plugins
+            assert list(s.plugins) == [n for n in order if n != "c"] + ["d", "e"]
+
+    run(body())
+
+
+def _log_view(log):
+    return [(t.key, t.start, t.finish) for t in log]
+
+
+def test_a_steps_log_entries_are_taken_out_and_the_log_ends_as_stocks():
+    """``own_step``'s ``take()`` hands over exactly the entries distributed
+    appended since the last take, out of the log; put back after the step
+    they leave a full log (``maxlen``) as a scheduler that made the same
+    transitions without a step has it. Entries not taken leave it too."""
+    from slimgraph.distributed import SlimScheduler
+
+    def cycle(s, key):  # two transitions, an entry each
+        shim.transition(s, key, "waiting", "test")
+        shim.transition(s, key, "released", "test")
+
+    async def body():
+        with dask.config.set({"distributed.admin.low-level-log-length": 7}):
+            async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s, \
+                    Scheduler(dashboard_address=":0", host="127.0.0.1") as twin:
+                for sch in (s, twin):
+                    for i in range(5):
+                        sch.new_task(f"k{i}", Task(f"k{i}", inc, i), "released").priority = (0, 0, i)
+                    for i in range(4):
+                        cycle(sch, f"k{i}")  # a full log: 7 of 8 entries kept
+                before = list(s.transition_log)
+                assert len(before) == 7 and _log_view(before) == _log_view(twin.transition_log)
+                with shim.own_step(s) as entries:
+                    cycle(s, "k4")
+                    got = entries.take()
+                    assert _log_view(got) == [("k4", "released", "waiting"), ("k4", "waiting", "released")]
+                    assert list(s.transition_log) == before[len(got):]  # (dropped as appended)
+                    assert entries.take() == []
+                s.transition_log.extend(got)
+                cycle(twin, "k4")
+                assert _log_view(s.transition_log) == _log_view(twin.transition_log)
+                assert s.transition_log[-1] is got[-1]
+                kept = list(s.transition_log)
+                with shim.own_step(s):
+                    cycle(s, "k0")  # never taken
+                assert list(s.transition_log) == kept[2:]
+
+    run(body())
+
+
+def test_forgotten_tasks_are_in_the_tasks_only_inside_and_only_where_free():
+    """``forgotten_in_tasks`` puts forgotten tasks back where their keys are
+    free, as distributed's transition does around its plugin calls, and
+    takes out at the end those still there (not a task made inside under
+    the same key)."""
+
+    async def body():
+        async with Scheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            gone = {}
+            for k in ("x", "y", "z"):
+                gone[k] = s.new_task(k, Task(k, inc, 1), "released")
+                shim.transition(s, k, "forgotten", "test")
+            assert not s.tasks and gone["x"].state == "forgotten"
+            taken = s.new_task("y", Task("y", inc, 2), "released")
+            with shim.forgotten_in_tasks(s, gone):
+                assert s.tasks["x"] is gone["x"] and s.tasks["z"] is gone["z"] and s.tasks["y"] is taken
+                del s.tasks["z"]
+                remade = s.new_task("z", Task("z", inc, 3), "released")
+            assert s.tasks == {"y": taken, "z": remade}
+
+    run(body())
+
+
 def test_private_names_only_in_the_shim():
     """Outside ``slimgraph.shim`` no module imports a private name or a
     private module of dask or distributed, nor names the private methods

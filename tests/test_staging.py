@@ -862,6 +862,54 @@ def test_tasks_forgotten_while_calls_are_owed():
         run(body())
 
 
+def test_owed_to_plugins_hear_of_later_transitions_behind_the_owed_calls_once():
+    """While calls are owed, a plugin owed them hears of a later transition
+    only behind them (distributed's transition runs with it withheld, its
+    call queued); inside ``told_by_caller`` the caller queues the calls
+    itself, so the transition is not queued a second time; the plugin table
+    is whole again after each."""
+    from dask._task_spec import Task
+    from slimgraph import shim
+    from slimgraph.distributed import SlimScheduler
+
+    class Heard(SchedulerPlugin):
+        name = "heard"
+
+        def __init__(self):
+            self.heard = []
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            self.heard.append((key, start, finish))
+
+    def owed_call(p):
+        p.heard.append("owed")
+        yield
+
+    async def body():
+        async with SlimScheduler(dashboard_address=":0", host="127.0.0.1") as s:
+            p = Heard()
+            s.add_plugin(p)
+            names = list(s.plugins)
+            s.new_task("x", Task("x", inc, 1), "released")
+            owed = applier.owing(s)
+            owed.add(owed_call(p), {id(p): p})
+            shim.transition(s, "x", "waiting", "test")
+            assert p.heard == [] and len(owed.steps) == 2 and list(s.plugins) == names
+            with owed.told_by_caller():
+                shim.transition(s, "x", "released", "test")
+            assert p.heard == [("x", "waiting", "released")] and len(owed.steps) == 2
+            with pytest.raises(RuntimeError), owed.told_by_caller():
+                raise RuntimeError
+            shim.transition(s, "x", "waiting", "test")  # (queued again)
+            assert len(owed.steps) == 3
+            owed.flush()
+            later = ("x", "released", "waiting")
+            assert p.heard == [("x", "waiting", "released"), "owed", later, later]
+            assert not owed and list(s.plugins) == names
+
+    run(body())
+
+
 def test_a_lone_task_forgotten_while_calls_are_owed_waits_behind_them():
     """A second client's one-task submission, released while a big graph's
     plugin calls are still owed (dask's Graph page open), is forgotten at

@@ -229,6 +229,7 @@ def make_slim(scheduler: Scheduler) -> SlimScheduler:
     _attach_work(scheduler)
     scheduler.slim_lazy = bool(switches.get("lazy-containers"))
     scheduler.use_task_queue()
+    shim.table_plugins(scheduler)
     threads.attach(scheduler)
     return scheduler  # type: ignore[return-value]
 

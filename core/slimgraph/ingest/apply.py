@@ -47,6 +47,7 @@ run stays sorted, its transitions stay as replayed).
 """
 from __future__ import annotations
 
+import contextlib
 from operator import attrgetter
 from time import perf_counter
 from typing import Any
@@ -471,7 +472,6 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
         # plugins still owed calls from an earlier submission hear of these
         # transitions after those, through the queue (not as they happen)
         told_later.update(owed_before.owed_to)
-        owed_before.suspended = True
     # Ready tasks, in the order the replay visited them: hand-offs always go
     # through distributed's transition; queued root-ish ones do too while a
     # worker is idle (it takes them). The log entries the replay made for
@@ -485,10 +485,7 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
     made: list = []  # (position, entries assumed, Transition records made)
     assumed_total = 0
     log = state.transition_log
-    plugins = state.plugins
-    if told_later:
-        state.plugins = {n: p for n, p in plugins.items() if id(p) not in told_later}
-    state.transition_log = capture = []
+    entries_of: Any = None  # the step's log entries (a shim.StepEntries, as the step starts)
 
     def unqueue(ts: Any) -> None:  # a queued root-ish task an idle worker takes
         members.discard(ts)
@@ -499,9 +496,9 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
         nonlocal assumed_total
         shim.transitions(state, {ts.key: "processing"}, client_msgs, worker_msgs, sid)
         assumed_total += assumed
+        records = entries_of.take()
         if pos >= first or told_later:
-            made.append((pos, assumed, capture[:]))
-        capture.clear()
+            made.append((pos, assumed, records))
 
     deadline = unhold = None
     if held is not None:
@@ -512,7 +509,12 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
                 held.discard(ts)
             tail.release_held(tasks)
 
-    try:
+    # the told-later plugins hear of these transitions through the owed
+    # calls; their log entries go in at their places among the replay's
+    with contextlib.ExitStack() as stack:
+        if owed_before is not None:
+            stack.enter_context(owed_before.told_by_caller())
+        entries_of = stack.enter_context(shim.own_step(state, told_later))
         qi = ni = 0
         bulk = plan.dispatch
         if bulk is not None and bulk.holds(state):
@@ -543,11 +545,6 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
             else:
                 break
             one(ts, pos, assumed)
-    finally:
-        state.transition_log = log
-        state.plugins = plugins
-        if owed_before is not None:
-            owed_before.suspended = False
     if held is not None:
         state.queued.merge_staged(held, plan.held_sorted, plan.seq_base, plan.seq_span)
         if ni < len(others):

@@ -27,11 +27,20 @@ delivered (forgetting it changes its neighbours' edges). A task without
 any (a second client's ``submit``, released within a second) is forgotten
 at once and stays, for the calls owed, a *ghost*: while they are made (and
 only then, synchronously, so no other handler sees it),
-``scheduler.tasks`` holds it again, as it did when stock made them; its
-own calls wait behind the big graph's. (Before, everything owed was
-delivered at once before each such forget: 6.6 s on the loop in ``bench
---mode client --real-use`` at 200k tasks with dask's Graph page open.)
-Past :data:`GHOSTS` ghosts, the next forget delivers everything first.
+``scheduler.tasks`` holds it again (:func:`slimgraph.shim.forgotten_in_tasks`,
+as distributed's own transition does around its plugin calls); its own
+calls wait behind the big graph's. Delivering everything owed at once
+before each such forget instead would block the loop for seconds (6.6 s
+in ``bench --mode client --real-use`` at 200k tasks with dask's Graph page
+open). Past :data:`GHOSTS` ghosts, the next forget delivers everything
+first.
+
+The scheduler's objects are only reached through the shim: its plugin
+table withholds the owed-to plugins for a transition
+(:func:`slimgraph.shim.plugins_withheld`), and the ghosts are in its tasks
+only inside :func:`slimgraph.shim.forgotten_in_tasks`. A commit or a
+tail's slice that sends ready tasks itself queues its transitions' calls
+on its own: it says so with :meth:`Deliveries.told_by_caller`.
 
 Two plugins need more than a queue of calls:
 
@@ -46,6 +55,7 @@ Two plugins need more than a queue of calls:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -84,9 +94,9 @@ class Deliveries:
         #: the plugins calls are owed to (id -> plugin): they hear of later
         #: transitions through the queue too, until it is empty
         self.owed_to: dict = {}
-        #: True while an applier sends transitions itself (it queues their
-        #: calls for the owed-to plugins in order)
-        self.suspended = False
+        #: how many callers are inside :meth:`told_by_caller` (the slim
+        #: state's ``on_transition`` reads it; only that method writes it)
+        self.suspended = 0
         self._job: Any = None
         self._flushing = False
         #: key -> task forgotten while calls were owed; and the dict they
@@ -112,25 +122,24 @@ class Deliveries:
             self.ghosts = {}
             self.gates = []
 
-    def _haunt(self) -> list:
-        """Put the ghosts back in the scheduler's tasks (where their keys
-        are free); returns the keys put back."""
-        if not self.ghosts or self._state is None:
-            return []
-        tasks = self._state.tasks
-        back = [k for k in self.ghosts if k not in tasks]
-        for k in back:
-            tasks[k] = self.ghosts[k]
-        return back
+    @contextlib.contextmanager
+    def told_by_caller(self) -> Iterator[None]:
+        """Inside, transitions do not come through :meth:`transition`: the
+        caller (a commit or a tail's slice sending ready tasks through
+        distributed's own transitions) withholds the owed-to plugins itself
+        and queues their calls behind the owed ones, in stock's order."""
+        self.suspended += 1
+        try:
+            yield
+        finally:
+            self.suspended -= 1
 
-    def _unhaunt(self, back: list) -> None:
-        if not back:
-            return
-        tasks = self._state.tasks
-        ghosts = self.ghosts
-        for k in back:
-            if tasks.get(k) is ghosts.get(k):
-                del tasks[k]
+    def _haunted(self) -> Any:
+        """Context: the ghosts are in the scheduler's tasks again, for the
+        calls made inside (see the module docstring)."""
+        if not self.ghosts or self._state is None:
+            return contextlib.nullcontext()
+        return shim.forgotten_in_tasks(self._state, self.ghosts)
 
     def transition(self, state: Any, key: Any, finish: str, stimulus_id: str, kwargs: dict, run: Any) -> Any:
         """A transition while calls are owed: ``run()`` (distributed's own
@@ -142,13 +151,9 @@ class Deliveries:
             self.flush()
             return run()
         owed_to = self.owed_to
-        plugins = state.plugins
         counter = state.transition_counter
-        state.plugins = {n: p for n, p in plugins.items() if id(p) not in owed_to}
-        try:
+        with shim.plugins_withheld(state, owed_to):
             out = run()
-        finally:
-            state.plugins = plugins
         if forgetting and ts is not None and state.tasks.get(key) is not ts:
             self.ghosts[key] = ts
             self._state = state
@@ -173,15 +178,14 @@ class Deliveries:
         self._flushing = True
         for tail in self.gates:
             tail.open_gate()
-        back = self._haunt()
         try:
-            steps = self.steps
-            while steps:
-                for _ in steps[0]:
-                    pass
-                steps.popleft()
+            with self._haunted():
+                steps = self.steps
+                while steps:
+                    for _ in steps[0]:
+                        pass
+                    steps.popleft()
         finally:
-            self._unhaunt(back)
             self._flushing = False
             self._emptied()
 
@@ -200,9 +204,8 @@ class Deliveries:
         try:
             while steps:
                 deadline = time.perf_counter() + SLICE
-                back = self._haunt()
                 waiting = False
-                try:
+                with self._haunted():
                     while steps and not self._flushing:
                         step = steps[0]
                         done = True
@@ -216,8 +219,6 @@ class Deliveries:
                             steps.popleft()
                         else:
                             break
-                finally:
-                    self._unhaunt(back)
                 self._emptied()
                 yield loopwork.WAITING if waiting else None
         finally:

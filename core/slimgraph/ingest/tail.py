@@ -56,6 +56,7 @@ order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from time import perf_counter
@@ -245,15 +246,14 @@ class Tail:
         worker_msgs: dict = {}
         made: list = []
         told_later = self.told_later
-        plugins = state.plugins
         owed = state.slim_deliveries if told_later else None
         log = state.transition_log
-        if told_later:
-            state.plugins = {n: p for n, p in plugins.items() if id(p) not in told_later}
-        if owed is not None:
-            owed.suspended = True  # (their calls join the commit's, in place)
-        state.transition_log = capture = []
-        try:
+        # the owed-to plugins hear of this slice's transitions through the
+        # commit's owed calls, in place; the log gets its entries in order
+        with contextlib.ExitStack() as stack:
+            if owed is not None:
+                stack.enter_context(owed.told_by_caller())
+            entries = stack.enter_context(shim.own_step(state, told_later))
             while self.ni < len(handoffs):
                 n = self.batch
                 t = perf_counter()
@@ -281,8 +281,7 @@ class Tail:
                             continue
                         self.unhold([ts])
                         shim.transitions(state, {ts.key: "processing"}, client_msgs, worker_msgs, sid)
-                        made.append((pos, 0, capture[:]))
-                        capture.clear()
+                        made.append((pos, 0, entries.take()))
                         sent += 1
                 self.sent += sent
                 took = perf_counter() - t
@@ -293,11 +292,6 @@ class Tail:
                 self.batch = max(20, 2 * n if fit >= 2 * n else int(fit))
                 if perf_counter() + per * self.batch > deadline:
                     break
-        finally:
-            state.transition_log = log
-            state.plugins = plugins
-            if owed is not None:
-                owed.suspended = False
         for _, _, records in made:
             log.extend(records)
         if told_later and self.made is not None:

@@ -9,7 +9,10 @@ What changes against stock ``SchedulerState``:
   into private sets, so distributed's own transition functions run
   unchanged on the slim containers;
 - a graph submission is ingested by :mod:`slimgraph.ingest` in bulk
-  instead of stock's task-state creation.
+  instead of stock's task-state creation;
+- its ``plugins`` is a :class:`slimgraph.shim.PluginTable` (made once, as
+  the state is built), which can withhold the plugins owed calls from a
+  step of distributed's transitions (:mod:`slimgraph.ingest.deliveries`).
 
 Everything else — the transition table, decide_worker, queuing, stealing,
 workers, clients — is stock distributed's code. The mixin must come first in
@@ -24,7 +27,7 @@ from slimgraph.model.messages import compute_task_msg
 from slimgraph.model.queue import TaskQueue
 from slimgraph.model.taskstate import SlimTaskState
 from slimgraph.runtime import gcpause
-from slimgraph.shim import TaskGroup, TaskPrefix, TransitionHook, scheduler_story
+from slimgraph.shim import TaskGroup, TaskPrefix, TransitionHook, scheduler_story, table_plugins
 from slimgraph.shim import stock_transition as _stock_transition
 
 #: Transitions that never touch waiting_on / waiters / edges.
@@ -64,6 +67,7 @@ class SlimSchedulerState(TransitionHook):
         self.slim_epoch = 0
         super().__init__(*args, **kwargs)
         self.use_task_queue()
+        table_plugins(self)
 
     def use_task_queue(self) -> None:
         """Swap distributed's HeapSet for the leaner TaskQueue (while empty)."""

@@ -648,6 +648,177 @@ class TransitionHook(SchedulerState):
 
 
 # ---------------------------------------------------------------------------
+# Steps of distributed's own transitions whose plugin calls and log entries
+# slimgraph places itself (slimgraph.ingest.apply, .tail, .deliveries)
+# ---------------------------------------------------------------------------
+class PluginTable(dict):
+    """A slim scheduler's ``plugins``: distributed's dict of plugins (name
+    -> plugin), which can *withhold* some plugins for a step
+    (:meth:`withheld`). Made once, as the state is built
+    (:func:`table_plugins`); distributed reads and writes it as its own
+    dict. It overrides none of dict's methods: ``_transition`` tests it and
+    lists its values on every transition at a plain dict's cost."""
+
+    __slots__ = ()
+
+    def withheld(self, ids: Any) -> "Withheld":
+        """Context: inside, the plugins whose ``id`` is in ``ids`` are out
+        of the table, so distributed's code (``_transition``'s calls, any
+        hook) does not see them; the others keep their order. At the end
+        they are back in their places; a plugin added inside stays, after
+        them, and one removed inside stays out (a withheld plugin whose
+        name was taken inside gives way to the new one)."""
+        return Withheld(self, ids)
+
+
+class Withheld:
+    """:meth:`PluginTable.withheld`'s context. It runs around every
+    transition made while plugin calls are owed, so the common case is
+    short: the withheld plugins at the table's end (added after
+    distributed's own) and nothing added inside; they go back with an
+    insertion each."""
+
+    __slots__ = ("table", "ids", "names", "out", "out_names")
+
+    def __init__(self, table: dict, ids: Any) -> None:
+        self.table = table
+        self.ids = ids
+        #: the plugins taken out (None: nothing withheld) and their names
+        self.out: list | None = None
+        self.out_names: list = []
+        #: the table's names as the step started
+        self.names: list = []
+
+    def __enter__(self) -> None:
+        ids = self.ids
+        if not ids:
+            return
+        table = self.table
+        out = out_names = None
+        for name, p in table.items():
+            if id(p) in ids:
+                if out is None:
+                    out, out_names = [], []
+                out.append(p)
+                out_names.append(name)
+        if out is None:
+            return
+        self.names = list(table)
+        for name in out_names:
+            del table[name]
+        self.out = out
+        self.out_names = out_names
+
+    def __exit__(self, *exc: Any) -> None:
+        out = self.out
+        if out is None:
+            return
+        table = self.table
+        names = self.names
+        k = len(out)
+        # withheld at the end, nothing added inside (a name added last, or
+        # fewer names, would show): they go back after the others, as before
+        if (len(table) == len(names) - k and names[-k:] == self.out_names
+                and next(reversed(table), None) == (names[-k - 1] if len(names) > k else None)):
+            for name, p in zip(self.out_names, out):
+                table[name] = p
+            return
+        now = dict(table)
+        back = dict(zip(self.out_names, out))
+        table.clear()
+        for name in names:
+            if name in now:
+                table[name] = now.pop(name)
+            elif name in back:
+                table[name] = back[name]
+        table.update(now)
+
+
+def table_plugins(state: Any) -> None:
+    """Give ``state`` a :class:`PluginTable` of the plugins it holds, in
+    their order (once: a state that has one keeps it)."""
+    if type(state.plugins) is not PluginTable:
+        state.plugins = PluginTable(state.plugins)
+
+
+def plugins_withheld(state: Any, ids: Any) -> Any:
+    """Context: distributed's code on ``state`` does not see the plugins
+    whose ``id`` is in ``ids`` (:meth:`PluginTable.withheld`)."""
+    return state.plugins.withheld(ids)
+
+
+class StepEntries:
+    """The entries distributed's transitions append to a transition log
+    from a point on (the log's last entry then, its *mark*), taken out of
+    it by :meth:`take`. The log stays distributed's own deque: nothing is
+    added to its ``append``, which every transition calls.
+
+    A log at its ``maxlen`` drops its oldest entry on each append; the
+    entries taken out leave it that much shorter until the caller puts
+    back every entry it took, or more entries than the log keeps (a
+    commit whose replay fills it), so those dropped would have been
+    dropped anyway and the log ends as it would have. Entries between two
+    takes must fit in the log (``maxlen`` at least that many: a hand-off's
+    call appends one or two, distributed's default keeps 100,000);
+    beyond, the mark is pushed out and :meth:`take` gets only what the log
+    still holds."""
+
+    __slots__ = ("log", "mark")
+
+    def __init__(self, log: Any) -> None:
+        self.log = log
+        self.mark = log[-1] if log else None
+
+    def take(self) -> list:
+        """The entries appended since the mark (or the last take), in
+        order, taken out of the log."""
+        log = self.log
+        mark = self.mark
+        out = []
+        while log and log[-1] is not mark:
+            out.append(log.pop())
+        out.reverse()
+        return out
+
+
+@contextlib.contextmanager
+def own_step(state: Any, withheld: Any = None) -> Any:
+    """Context for a step of distributed's own transitions on ``state`` whose
+    plugin calls and log entries the caller places itself: the plugins
+    whose ``id`` is in ``withheld`` are not told (:func:`plugins_withheld`);
+    the log entries are the caller's, a :class:`StepEntries` whose
+    ``take()`` hands them over. Entries not taken by the end leave the log
+    too."""
+    with plugins_withheld(state, withheld):
+        entries = StepEntries(state.transition_log)
+        try:
+            yield entries
+        finally:
+            entries.take()
+
+
+@contextlib.contextmanager
+def forgotten_in_tasks(state: Any, forgotten: dict) -> Any:
+    """Context: ``state.tasks`` holds again the forgotten tasks of
+    ``forgotten`` (key -> task) whose keys are free; at the end, those still
+    there leave it. distributed's ``_transition`` does the same around its
+    plugin calls for a task it forgets, since plugins look the task up when
+    they hear of it; this is for plugin calls made later than the forget
+    (:mod:`slimgraph.ingest.deliveries`). Synchronous use only: nothing
+    else may see them there."""
+    tasks = state.tasks
+    back = [k for k in forgotten if k not in tasks]
+    for k in back:
+        tasks[k] = forgotten[k]
+    try:
+        yield
+    finally:
+        for k in back:
+            if tasks.get(k) is forgotten.get(k):
+                del tasks[k]
+
+
+# ---------------------------------------------------------------------------
 # Workers' streams: a BatchedSend's buffer (slimgraph.ingest.pacing)
 # ---------------------------------------------------------------------------
 def stream_buffered(bs: Any) -> bool:
