@@ -438,7 +438,7 @@ def _transitions(state: Any, b: Build, plan: Plan, client_msgs: dict, worker_msg
     plugins, so distributed's transition code does not tell them early.
 
     Hand-offs held in the queue (:func:`slimgraph.ingest.tail.hold`): the
-    commit sends those that fit ``slimgraph.dispatch-slice`` (none while an
+    commit sends those that fit ``slimgraph-switches.dispatch-slice`` (none while an
     earlier commit's are still going out), queues the rest and leaves them
     to ``plan.tail`` (:mod:`slimgraph.ingest.tail`).
     """

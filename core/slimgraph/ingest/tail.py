@@ -8,10 +8,10 @@ block per submission that grows with it: on inputs persisted beforehand,
 a 1M-task array has 745k ready tasks, and the commit blocked the loop for
 9 s (``bench --mode client --real-use``).
 
-What. A submission with at least ``slimgraph.dispatch-slice-min-tasks``
+What. A submission with at least ``slimgraph-switches.dispatch-slice-min-tasks``
 ready tasks (*hand-offs*: ready, not root-ish, no restrictions) has them
 *held* in the scheduler's queue (:func:`hold`, in the build thread). The
-commit sends those it can within ``slimgraph.dispatch-slice`` and puts the
+commit sends those it can within ``slimgraph-switches.dispatch-slice`` and puts the
 others in the queue. A :class:`Tail` then sends them, in the replay's
 order, one slice per turn of the scheduler's executor
 (:mod:`slimgraph.runtime.loopwork`; at most ``dispatch-slice`` and the
