@@ -73,24 +73,34 @@ def _progress(label: str, proc: subprocess.Popen, every: float = 10.0) -> None:
 
 
 def run_child(payload: str, kind: str, trace: bool = False) -> dict:
+    """One engine's replay of ``payload`` in a fresh process
+    (:mod:`slimgraph.bench.child`): its JSON."""
+    flags = ["--tracemalloc"] if trace else []
+    return run_json(lambda out: ["slimgraph.bench.child", payload, kind, out, *flags],
+                    f"{kind}{' (tracemalloc)' if trace else ''}")
+
+
+def run_json(args: Any, label: str) -> dict:
+    """``python -m ARGS`` in a child process, ``args(out)`` given the path
+    of the JSON file it writes; returns that JSON, showing progress under
+    ``label`` meanwhile (a child that fails raises, with its stderr)."""
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     # (-X faulthandler: a child that crashes says where, in the error below)
-    cmd = [sys.executable, "-X", "faulthandler", "-m", "slimgraph.bench.child", payload, kind, out]
-    if trace:
-        cmd.append("--tracemalloc")
+    cmd = [sys.executable, "-X", "faulthandler", "-m", *args(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     err: list = []
     reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
     reader.start()
-    _progress(f"{kind}{' (tracemalloc)' if trace else ''}", proc)
+    _progress(label, proc)
     reader.join()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{kind} run failed (exit status {proc.returncode}):\n{''.join(err)[-4000:]}")
-    with open(out) as f:
-        result = json.load(f)
-    os.unlink(out)
-    return result
+    try:
+        if proc.returncode != 0:
+            raise RuntimeError(f"{label} failed (exit status {proc.returncode}):\n{''.join(err)[-4000:]}")
+        with open(out) as f:
+            return json.load(f)
+    finally:
+        os.unlink(out)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -91,20 +90,10 @@ def skipped_text(info: dict) -> str:
 def build(workload: str, tasks: int, path: str) -> dict:
     """Build and capture the submission in a process of its own; returns
     its peak and start RSS (bytes)."""
-    from slimgraph.bench.runner import _progress
+    from slimgraph.bench.runner import run_json
 
-    fd, out = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    cmd = [sys.executable, "-m", "slimgraph.bench.scale", "--build", workload, str(tasks), path, out]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _progress(f"build {tasks:,}", proc)
-    err = proc.stderr.read()
-    if proc.returncode != 0:
-        raise RuntimeError(f"building the submission failed (exit status {proc.returncode}):\n{err[-4000:]}")
-    with open(out) as f:
-        result = json.load(f)
-    os.unlink(out)
-    return result
+    return run_json(lambda out: ["slimgraph.bench.scale", "--build", workload, str(tasks), path, out],
+                    f"build {tasks:,}")
 
 
 def _build_here(workload: str, tasks: int, path: str, out: str) -> None:
