@@ -15,12 +15,6 @@ On stock, that runs when the page's Bokeh session is discarded: Bokeh's
 never runs, so the plugin stays registered. It is told of every transition
 until the scheduler is idle.
 
-Measured with ``bench --mode client --workload delayed --tasks 1000000``
-and py-spy on the scheduler during the cancel: 115 of 1,103 samples were
-in ``GraphLayout.transition``. Stock had removed the plugin long before.
-The slim cancel took 34 s against stock's 22 s. The previous day, with more
-calls owed, it was 118 s against 18 s.
-
 So a slim scheduler watches every plugin that a component with a
 finalizer adds and holds (for dask's Graph page, its ``layout``). Such a
 component has a Bokeh ``root`` model, which the page's document holds
@@ -37,6 +31,17 @@ nothing a second time.
 Components are held by weak reference. Without a freeze the collector
 frees them as on stock and the watch lapses. The check runs every
 :data:`INTERVAL` seconds on the event loop while anything is watched.
+
+Why it stays: behaviour. Stock removes the Graph page's plugin when the
+page's session is discarded; without this, a frozen slim scheduler keeps
+it (``tests/test_finalizers.py``). Its time: before this module, a 1M-task
+delayed cancel (``bench --mode client --workload delayed --tasks 1000000``,
+py-spy on the scheduler) spent 115 of 1,103 samples in
+``GraphLayout.transition`` and took 34 s against stock's 22 s. At 300k
+(``--workload delayed --tasks 300000 --real-use --compute-seconds 30``,
+slim, two runs each) no target moves for it: the cancel's answer 20.1 and
+23.9 s with it, 13.6 and 15.2 s without; the longest loop block 1.85 and
+0.87 s against 4.05 and 1.06 s, in dask's Status page rebuilt every 5 s.
 
 What this does not do: a component that stock would still keep alive
 after its document is destroyed (say, from a traceback) is finalized here
