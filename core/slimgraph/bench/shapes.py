@@ -271,11 +271,12 @@ def parse_shapes(text: str | None) -> list:
 # -- measuring --
 
 def _last_id(client: Any) -> int:
-    """The newest record's submission id (0: none yet): the mark."""
+    """The newest submission id the scheduler has a record of (0: none
+    yet): the mark. (The largest, not the last: stock's records are kept
+    when their update_graph ends, in the order they end.)"""
     from slimgraph.instrument.client import get_submissions
 
-    recs = get_submissions(client)
-    return recs[-1].submission_id if recs else 0
+    return max((r.submission_id for r in get_submissions(client)), default=0)
 
 
 def _records_since(client: Any, mark: int, timeout: float = 300) -> list:
@@ -296,6 +297,8 @@ def _records_since(client: Any, mark: int, timeout: float = 300) -> list:
 def figures(recs: list) -> dict:
     """One engine's figures of a shape, from its records (summed or the
     largest over its submissions, see the module docstring)."""
+    if not recs:
+        raise RuntimeError("no update_graph record after the mark")
     bad = [r for r in recs if r.status != "OK"]
     if bad:
         raise RuntimeError(f"update_graph {bad[0].status}: {bad[0].error}")
