@@ -157,7 +157,8 @@ def dataframe_merge(client: Any, n: int, mark: Callable) -> Any:
 def dataframe_p2p_shuffle(client: Any, n: int, mark: Callable) -> Any:
     import pandas as pd
 
-    shuffled = _frames(n // 4).shuffle(on="k", shuffle_method="p2p")
+    # (about 7 tasks per partition on the scheduler: P2P transfer, barrier, unpack, ...)
+    shuffled = _frames(n // 7).shuffle(on="k", shuffle_method="p2p")
     keys = shuffled.map_partitions(_distinct_keys, meta=pd.Series(dtype="int64")).sum()
     mark()
     return int(client.compute(keys).result())
