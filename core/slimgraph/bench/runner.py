@@ -403,7 +403,8 @@ def main(argv: list[str] | None = None) -> None:
                          "literal or text such as 0.1ms: " + ", ".join(DEFAULTS))
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="skip the limits run (slimgraph.bench.floor)")
-    ap.add_argument("--mode", choices=("engine", "client", "dashboard", "life", "statemachine", "scale"), default="engine",
+    ap.add_argument("--mode", choices=("engine", "client", "dashboard", "life", "statemachine", "scale", "shapes"),
+                    default="engine",
                     help="engine: one replayed submission per fresh in-process scheduler "
                          "(default); client: end to end through a real Client to scheduler "
                          "and worker processes, including the computation; dashboard: the "
@@ -415,8 +416,13 @@ def main(argv: list[str] | None = None) -> None:
                          "(workers without processes report every task they process as done), "
                          "the CPU per stage; scale: engine mode at 100k, 1M, 2.5M, 5M and 10M "
                          "tasks up to --tasks, each engine only where its estimated peak memory "
-                         "fits in what the machine has available")
-    ap.add_argument("--workers", type=int, default=2, help="worker processes (client and life modes)")
+                         "fits in what the machine has available; shapes: the shapes users submit (maps, "
+                         "dataframes, a bag, map_blocks, persisted inputs, many clients), each computed "
+                         "to the end on scheduler and worker processes, per shape update_graph, memory "
+                         "and the engine's own longest block")
+    ap.add_argument("--workers", type=int, default=2, help="worker processes (client, life and shapes modes)")
+    ap.add_argument("--shapes", default=None, metavar="A,B,...",
+                    help="shapes mode: which shapes, comma-separated (default: all; see slimgraph.bench.shapes)")
     ap.add_argument("--compute-seconds", type=float, default=None,
                     help="client and life modes: stop computing this long after the submission "
                          "(cancel; the ping keeps running until then); default: compute to the end")
@@ -456,6 +462,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--profiles is for --mode life")
     if a.mode != "dashboard" and a.soak_minutes:
         ap.error("--soak-minutes is for --mode dashboard")
+    if a.mode != "shapes" and a.shapes:
+        ap.error("--shapes is for --mode shapes")
     if a.mode == "dashboard":
         if a.only:
             ap.error("--only is for --mode engine")
@@ -496,6 +504,18 @@ def main(argv: list[str] | None = None) -> None:
         print(format_client_table(
             bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds, a.load,
                          a.real_use, a.dashboard_pages, a.background_nice)))
+        _record_switches(a.json_path, values)
+        return
+    if a.mode == "shapes":
+        if a.only:
+            ap.error("--only is for --mode engine: shapes mode runs stock and slim for its ratios")
+        from slimgraph.bench.shapes import bench_shapes, format_shapes_table, parse_shapes
+
+        try:
+            names = parse_shapes(a.shapes)
+        except ValueError as e:
+            ap.error(str(e))
+        print(format_shapes_table(bench_shapes(a.tasks, names, a.workers, a.json_path)))
         _record_switches(a.json_path, values)
         return
     if a.mode == "scale":
