@@ -107,3 +107,44 @@ def test_a_failing_background_job_is_dropped_and_the_others_go_on():
 
     asyncio.run(main())
     assert ran == [("ok", 0), ("ok", 1), ("ok", 2)]
+
+
+def _spin(seconds: float) -> None:
+    t = time.thread_time()
+    while time.thread_time() - t < seconds:
+        pass
+
+
+def test_a_rest_lasts_while_others_use_the_loop_and_ends_when_they_stop():
+    """The rest after a slice (``_rest``): a step of it in which nobody
+    else used the loop ends it (a periodic callback's turn costs one step,
+    not a rest as long as the slice); others using the loop in every turn
+    get all of it; others who stop part way get it until they stop."""
+
+    async def busy(until: float) -> None:
+        while time.perf_counter() < until:
+            _spin(0.0005)
+            await asyncio.sleep(0)
+
+    async def rest(seconds: float, others_for: float | None) -> float:
+        other = None
+        if others_for is not None:
+            other = asyncio.ensure_future(busy(time.perf_counter() + others_for))
+            await asyncio.sleep(0)
+        t = time.perf_counter()
+        await loopwork._rest(seconds)
+        took = time.perf_counter() - t
+        if other is not None:
+            await other
+        return took
+
+    async def main():
+        alone = await rest(0.5, None)
+        always = await rest(0.1, 0.3)
+        stopping = await rest(2.0, 0.1)
+        return alone, always, stopping
+
+    alone, always, stopping = asyncio.run(main())
+    assert alone < 0.25, alone            # one step, nobody else there
+    assert always >= 0.1, always          # others in every step: all of it
+    assert 0.1 <= stopping < 1.0, stopping  # until they stopped

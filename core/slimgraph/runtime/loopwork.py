@@ -8,8 +8,9 @@ slice runs inside the handler that started the job, so work that fits in
 one slice (almost every stimulus) runs as stock's does, at once. What is
 left runs in later slices, one per turn of the loop, each followed by a
 rest as long as itself where the turn in between found others' work
-ready (the policy: :func:`rest_after`); on a loop with nothing else
-to do, the slices follow each other.
+ready (the policy: :func:`rest_after`), cut short as soon as others
+stop using the loop (:func:`_rest`); on a loop with nothing else to do,
+the slices follow each other.
 
 Invariant. While a job is unfinished, no other stimulus reaches the
 scheduler's state: the scheduler's handler tables (:class:`Handlers`) hand
@@ -107,6 +108,31 @@ def rest_after(seconds: float) -> float:
     if r < 0:
         raise ValueError(f"slimgraph.background-rest must be >= 0, got {r!r}")
     return max(0.0, seconds) * r
+
+
+#: The rest after a slice is taken in steps of this many seconds; a step in
+#: which others used no more than :data:`OTHERS` of the loop thread's CPU
+#: ends it. Why: a turn that found others' work is most often one of
+#: distributed's periodic callbacks, done within the turn; a full rest
+#: after each left a 1M graph's release idle for ~2 s of its ~21 s
+#: (benchmarks/LOG.md). A round trip in progress (a client's message read
+#: chunk by chunk, a dashboard's update) keeps using the loop in every
+#: step and gets the whole rest.
+REST_STEP = 0.002
+
+
+async def _rest(seconds: float) -> None:
+    """Leave the loop to others for up to ``seconds``, in steps of
+    :data:`REST_STEP`, until a step finds nothing of theirs to run."""
+    end = perf_counter() + seconds
+    while True:
+        left = end - perf_counter()
+        if left <= 0:
+            return
+        t1 = thread_time()
+        await asyncio.sleep(min(REST_STEP, left))
+        if thread_time() - t1 <= OTHERS:
+            return
 
 
 class Budget:
@@ -278,12 +304,15 @@ class LoopWork:
             took = perf_counter() - t0
             spent, self._spent = self._spent, 0.0
             # one turn of the loop to whatever is ready; where something was
-            # (a round trip needs a few turns), a rest as long as the slice;
-            # after work of ours outside the slice (a paced write), always
+            # (a round trip needs a few turns), a rest as long as the slice
+            # while they go on using the loop; after work of ours outside the
+            # slice (a paced write), the whole rest
             t1 = thread_time()
             await asyncio.sleep(0)
-            if spent or thread_time() - t1 > OTHERS:
+            if spent:
                 await asyncio.sleep(rest_after(took + spent))
+            elif thread_time() - t1 > OTHERS:
+                await _rest(rest_after(took))
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []
