@@ -171,3 +171,81 @@ def test_fields_are_read_from_distributed_and_other_fields_fall_back(monkeypatch
             assert calls == ["t"] and msg["key"] == "t"
 
     run(body())
+
+
+def test_a_computed_task_is_released_without_building_its_node_and_plugins_see_the_node(monkeypatch):
+    """distributed's ``memory -> released`` reads ``ts.run_spec`` once, for
+    its truth (pure data is forgotten). On a slim scheduler that read is
+    answered from the compact graph without building the node
+    (slimgraph.model.state: every computed task's node would be built
+    once more as it is released); the transition is distributed's own,
+    and a plugin hearing of it still reads the real node. A twin stock
+    scheduler fed the same messages ends with the same transition log."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+    from distributed.scheduler import Scheduler
+
+    from slimgraph.ingest.compact.graph import TRUTHY
+    from slimgraph.model import state as slim_state
+
+    assert slim_state.MEMORY_RELEASED_BY_TRUTH
+    assert SlimScheduler._TRANSITIONS_TABLE[("memory", "released")] is slim_state._memory_released
+    assert SchedulerState._TRANSITIONS_TABLE[("memory", "released")] is shim.stock_memory_released
+
+    inside: list = []
+    stock_fn = slim_state._stock_memory_released
+
+    def seeing(st, key, stimulus_id, **kw):
+        inside.append(st.tasks[key].run_spec)
+        return stock_fn(st, key, stimulus_id, **kw)
+
+    class Reader(SchedulerPlugin):
+        def __init__(self, s):
+            self.s, self.read = s, []
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            if (start, finish) == ("memory", "released"):
+                self.read.append(self.s.tasks[key].run_spec)
+
+    def chain():
+        x = delayed(inc)(0, dask_key_name="c-0")
+        for i in range(1, 12):
+            x = delayed(inc)(x, dask_key_name=f"c-{i}")
+        return x
+
+    async def life(cls):
+        async with cls(dashboard_address=":0", host="127.0.0.1") as s:
+            reader = Reader(s)
+            s.add_plugin(reader, name="reader")
+            addr = add_worker_state(s, 0, 1).address
+            async with Client(s.address, asynchronous=True) as c:
+                (msg,), fut = intercept(c, lambda c: c.compute(chain()))
+                await s.update_graph(client=c.id, **arguments(msg))
+                for pending in (getattr(s, "slim_tails", None), getattr(s, "slim_deliveries", None)):
+                    if pending:
+                        await pending.wait()
+                import pickle
+                import time as _time
+                while s.workers[addr].processing:
+                    ts = next(iter(s.workers[addr].processing))
+                    now = _time.time()
+                    s.handle_task_finished(key=ts.key, worker=addr, stimulus_id=f"done-{ts.key}",
+                                           run_id=ts.run_id, nbytes=28, type=pickle.dumps(int),
+                                           typename="int", metadata={}, thread=1,
+                                           startstops=[{"action": "compute", "start": now - 0.001, "stop": now}])
+                # (update_graph's stimulus id carries the time: the rest must match)
+                log = [(k, a, b, stim if stim.startswith("done-") else None)
+                       for k, a, b, _, stim, *_ in s.transition_log]
+                del fut
+            return log, reader.read, s
+
+    monkeypatch.setattr(slim_state, "_stock_memory_released", seeing)
+    slim_log, slim_read, s = run(life(SlimScheduler))
+    monkeypatch.setattr(slim_state, "_stock_memory_released", stock_fn)
+    stock_log, stock_read, _ = run(life(Scheduler))
+    assert slim_log == stock_log
+    released = [e for e in slim_log if e[1:3] == ("memory", "released")]
+    assert len(released) == 11 == len(inside) == len(slim_read)  # every link but the last
+    assert all(x is TRUTHY for x in inside)  # no node built for the truth test
+    # the plugin read real nodes, equal to stock's
+    assert all(type(x) is type(y) and x == y for x, y in zip(slim_read, stock_read)), (slim_read, stock_read)
+    assert not any(x is TRUTHY for x in slim_read)

@@ -1310,3 +1310,60 @@ def test_where_the_checks_failed_each_mechanism_takes_the_plain_path(monkeypatch
     assert len(u.memo.copy()) >= 2000 and got == pickle.loads(data)
     assert cpython.thread_frame(threading.get_ident()) is None and cpython.caller_frame() is None
     assert not cpython.dict_swap_available() and not memo.available()
+
+
+def test_a_function_that_reads_an_attribute_only_for_its_truth_is_told_apart():
+    """``shim.reads_only_truth_of`` (what lets the slim engine answer
+    distributed's ``memory -> released`` pure-data test without building a
+    node) holds for the installed distributed's function and for no code
+    that reads the attribute twice or uses its value."""
+    from slimgraph import shim
+
+    def truth(ts):
+        if not ts.run_spec:
+            return 1
+        return 2
+
+    def twice(ts):
+        if ts.run_spec:
+            return ts.run_spec
+        return None
+
+    def value(ts):
+        x = ts.run_spec
+        return x
+
+    def none(ts):
+        return ts.key
+
+    assert shim.reads_only_truth_of(shim.stock_memory_released, "run_spec")
+    assert shim.reads_only_truth_of(truth, "run_spec")
+    assert not shim.reads_only_truth_of(twice, "run_spec")
+    assert not shim.reads_only_truth_of(value, "run_spec")
+    assert not shim.reads_only_truth_of(none, "run_spec")
+
+
+def test_a_subclass_gets_a_transition_table_of_its_own():
+    """``shim.transitions_table_with``: the subclass's table is
+    distributed's with the replaced entries; distributed's own is left as
+    it is; an edge distributed does not have is refused."""
+    import pytest
+    from distributed.scheduler import SchedulerState
+
+    from slimgraph import shim
+
+    before = dict(SchedulerState._TRANSITIONS_TABLE)
+
+    class Sub(SchedulerState):
+        pass
+
+    def mine(state, key, stimulus_id, **kw):
+        return {}, {}, {}
+
+    shim.transitions_table_with(Sub, {("memory", "released"): mine})
+    assert Sub._TRANSITIONS_TABLE[("memory", "released")] is mine
+    assert {k: v for k, v in Sub._TRANSITIONS_TABLE.items() if k != ("memory", "released")} == \
+        {k: v for k, v in before.items() if k != ("memory", "released")}
+    assert SchedulerState._TRANSITIONS_TABLE == before
+    with pytest.raises(KeyError):
+        shim.transitions_table_with(Sub, {("memory", "nowhere"): mine})

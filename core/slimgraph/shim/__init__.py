@@ -392,6 +392,42 @@ def compute_task_fields() -> tuple:
     return ()
 
 
+#: opcodes that test an attribute just loaded for its truth (``if not
+#: ts.run_spec:``) on the supported interpreters, 3.10 to 3.13
+_TRUTH_TESTS = frozenset({"UNARY_NOT", "TO_BOOL", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
+                          "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE"})
+
+
+def reads_only_truth_of(fn: Any, attr: str) -> bool:
+    """Whether ``fn``'s code reads ``attr`` exactly once, and only to test
+    its truth (read from its bytecode)."""
+    import dis
+
+    ins = list(dis.get_instructions(fn))
+    at = [i for i, x in enumerate(ins) if x.opname in ("LOAD_ATTR", "LOAD_METHOD") and x.argval == attr]
+    return len(at) == 1 and at[0] + 1 < len(ins) and ins[at[0] + 1].opname in _TRUTH_TESTS
+
+
+#: distributed's ``memory -> released``; its one read of ``ts.run_spec`` is
+#: ``if not ts.run_spec:`` (pure data is forgotten), see
+#: :func:`transitions_table_with`
+stock_memory_released = SchedulerState._TRANSITIONS_TABLE[("memory", "released")]
+
+
+def transitions_table_with(cls: type, replaced: dict) -> None:
+    """Give ``cls`` (a subclass of distributed's SchedulerState) a transition
+    table of its own: distributed's, with the functions in ``replaced``
+    (``(start, finish) -> function``) in place of its own. distributed's
+    ``_transition`` looks the function up on the instance, so the table is
+    the subclass's attribute, distributed's left as it is."""
+    table = dict(SchedulerState._TRANSITIONS_TABLE)
+    for edge in replaced:
+        if edge not in table:
+            raise KeyError(f"distributed has no transition {edge!r}")
+    table.update(replaced)
+    cls._TRANSITIONS_TABLE = table
+
+
 def next_run_id() -> int:
     """The next id of distributed's run-id counter (what ``_task_to_msg`` takes)."""
     return next(StockTaskState._run_id_iterator)

@@ -409,6 +409,22 @@ class DependencySets(Sequence):
         return self.graph.dependencies(i)
 
 
+class _Truthy:
+    """What a run_spec read for its truth only gives
+    (:meth:`CompactGraph.stand_in_for_truth`): true, and nothing else."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "<run_spec stand-in: read for its truth only>"
+
+
+TRUTHY = _Truthy()
+
+
 class CompactGraph:
     """A materialized submission without a dask node per task.
 
@@ -515,6 +531,25 @@ class CompactGraph:
         node = src.build(self, i, code & MASK)
         self._last = (i, node)
         return node
+
+    def stand_in_for_truth(self, handle: int) -> bool:
+        """Until :meth:`end_stand_in`, reads of the run_spec of the task
+        named by ``handle`` give :data:`TRUTHY` instead of building its
+        node, if that node is truthy (returns whether it is): for a reader
+        that only tests the run_spec's truth (distributed's ``memory ->
+        released``, :mod:`slimgraph.model.state`), which would otherwise
+        build every computed task's node once more."""
+        handles = self.handles
+        i = handle if handles is None else handles[handle]
+        if not self.truthy(i):
+            return False
+        self._last = (i, TRUTHY)
+        return True
+
+    def end_stand_in(self) -> None:
+        """Reads build nodes again (see :meth:`stand_in_for_truth`)."""
+        if self._last[1] is TRUTHY:
+            self._last = (-1, None)
 
     def task_spec_data_producer(self, handle: int) -> bool:
         """:meth:`spec_data_producer` of the task named by ``handle``."""
