@@ -126,3 +126,62 @@ def test_the_bench_refuses_a_switch_it_does_not_know(capsys):
         with pytest.raises(SystemExit):
             runner.main(argv)
     assert "stagign" in capsys.readouterr().err
+
+
+def test_a_former_setting_or_a_typo_under_slimgraph_is_warned_of_at_a_slim_scheduler(monkeypatch):
+    """A user who still sets ``slimgraph.staging`` (a setting before the
+    switches moved to their own namespace) or misspells a setting is told,
+    once, that the key changes nothing: as a SlimScheduler is made and as
+    ``make_slim`` takes a stock one over (the preload)."""
+    import asyncio
+    import warnings
+
+    from distributed import Scheduler
+
+    from slimgraph.distributed import SlimScheduler, make_slim
+
+    monkeypatch.setattr(config, "_warned", set())
+
+    async def made(make) -> list:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            async with make() as s:
+                assert isinstance(s, SlimScheduler)
+        return [str(w.message) for w in caught if "slimgraph." in str(w.message)]
+
+    async def stock_made_slim():
+        s = Scheduler(dashboard_address=None, dashboard=False, host="127.0.0.1")
+        make_slim(s)
+        return s
+
+    class _Preloaded:
+        def __init__(self):
+            self.s = None
+
+        async def __aenter__(self):
+            self.s = await stock_made_slim()
+            await self.s
+            return self.s
+
+        async def __aexit__(self, *exc):
+            await self.s.close()
+
+    with dask.config.set({"slimgraph.staging": False, "slimgraph.backgroud-rest": 0.0,
+                          "slimgraph.gc": "auto"}):
+        first = asyncio.run(made(lambda: SlimScheduler(dashboard_address=None, dashboard=False,
+                                                       host="127.0.0.1")))
+        again = asyncio.run(made(lambda: SlimScheduler(dashboard_address=None, dashboard=False,
+                                                       host="127.0.0.1")))
+    assert len(first) == 2, first
+    staging = next(m for m in first if "slimgraph.staging" in m)
+    assert "slimgraph-switches.staging" in staging and "ignored" in staging
+    typo = next(m for m in first if "backgroud-rest" in m)
+    assert "not a slimgraph setting" in typo and "background-rest" in typo
+    assert again == []  # once per name
+    monkeypatch.setattr(config, "_warned", set())
+    with dask.config.set({"slimgraph.trim-heap": False}):
+        preloaded = asyncio.run(made(_Preloaded))
+    assert len(preloaded) == 1 and "slimgraph-switches.trim-heap" in preloaded[0], preloaded
+    # a user's real settings are no warning
+    monkeypatch.setattr(config, "_warned", set())
+    assert config.warn_unknown() == []

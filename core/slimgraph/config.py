@@ -11,6 +11,7 @@ and :func:`get` refuses their names.
 from __future__ import annotations
 
 import os
+import warnings
 
 import dask.config
 import yaml
@@ -48,3 +49,34 @@ def get(name: str):
     if name == "stack-snapshots" and value not in SNAPSHOT_POLICIES:
         raise ValueError(f"slimgraph.stack-snapshots must be one of {SNAPSHOT_POLICIES}, got {value!r}")
     return value
+
+
+def warn_unknown() -> list:
+    """Warn (once per name and process) of keys under ``slimgraph`` that
+    are no setting: a former setting that is now an engine switch (set
+    before the switches moved out, e.g. ``DASK_SLIMGRAPH__STAGING=False``)
+    or a typo. Such a key changes nothing, which a user should hear rather
+    than find out. Returns the names warned of now."""
+    from slimgraph import switches
+
+    given = dask.config.get("slimgraph", default={}) or {}
+    known = defaults["slimgraph"]
+    out = []
+    for name in given:
+        canon = name.replace("_", "-") if isinstance(name, str) else name
+        if canon in known or canon in _warned:
+            continue
+        _warned.add(canon)
+        out.append(canon)
+        if canon in switches.DEFAULTS:
+            msg = (f"slimgraph.{canon} is no longer a setting and is ignored: it is an engine "
+                   f"switch for measuring, {switches.NAMESPACE}.{canon} "
+                   f"(python -m slimgraph bench --switch {canon}=VALUE; docs/settings.md)")
+        else:
+            msg = (f"slimgraph.{canon} is not a slimgraph setting and is ignored "
+                   f"(the settings: {', '.join(known)}; docs/settings.md)")
+        warnings.warn(msg, UserWarning, stacklevel=2)
+    return out
+
+
+_warned: set = set()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimgraph import shim, switches
+from slimgraph import config, shim, switches
 from slimgraph.ingest.pipeline import Pipeline
 from slimgraph.life import release
 from slimgraph.instrument.records import SubmissionRecord
@@ -42,6 +42,7 @@ class SlimScheduler(SlimSchedulerState, Scheduler):
     slim_work: Any = None
 
     def __init__(self, *args: Any, **kwargs: Any):
+        config.warn_unknown()
         super().__init__(*args, **kwargs)
         _attach_work(self)
         threads.attach(self)
@@ -224,6 +225,7 @@ def make_slim(scheduler: Scheduler) -> SlimScheduler:
             "slimgraph can only take over a scheduler before it holds tasks; "
             f"this one holds {len(scheduler.tasks)}"
         )
+    config.warn_unknown()
     scheduler.__class__ = SlimScheduler
     _rebind_handlers(scheduler)
     _attach_work(scheduler)
