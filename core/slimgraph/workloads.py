@@ -32,7 +32,9 @@ def validate_tasks(n: int) -> int:
     return count
 
 
-def _side(n: int) -> int:
+def array_side(n: int) -> int:
+    """The side, in blocks, of the square grid of about ``n`` tasks that
+    :func:`array` builds (its layers make about 1.34 tasks per block)."""
     return max(2, int(math.sqrt(validate_tasks(n) / 1.34)))
 
 
@@ -44,7 +46,7 @@ def array(n: int, chunk: int = 2, offset: Any = 1) -> Any:
     already on the cluster."""
     import dask.array as da
 
-    side = _side(n)
+    side = array_side(n)
     return (da.ones((side * chunk, side * chunk), chunks=chunk) + offset).sum(axis=0)
 
 
@@ -55,7 +57,7 @@ def array_inputs(n: int, chunk: int = 2) -> Any:
     computation). About ``sqrt(n)`` tasks."""
     import dask.array as da
 
-    return da.arange(_side(n) * chunk, chunks=chunk)
+    return da.arange(array_side(n) * chunk, chunks=chunk)
 
 
 def _inc(x: Any) -> Any:

@@ -177,9 +177,9 @@ def map_blocks(client: Any, n: int, mark: Callable) -> Any:
     makes these layers)."""
     import dask.array as da
 
-    from slimgraph.workloads import _side
+    from slimgraph.workloads import array_side
 
-    side, chunk = _side(n), 4
+    side, chunk = array_side(n), 4
     x = da.ones((side * chunk, side * chunk), chunks=chunk, dtype="int64")
     y = da.map_blocks(_scale_block, x, 3, dtype="int64")
     z = da.blockwise(_plus, "ij", y, "ij", x, "ij", dtype="int64")
