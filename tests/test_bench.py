@@ -116,14 +116,29 @@ def test_floor_materializes_what_the_scheduler_keeps(tmp_path):
     assert floor["bare_loop_seconds"] > 0
 
 
-def test_client_mode_refuses_only_instead_of_ignoring_it():
-    """``--only`` picks one kind in engine mode; client mode always runs both
-    (its table is their ratios), so asking for one is an error, not a
-    15-minute run of both."""
+def test_client_mode_runs_one_engine_with_only(tmp_path, capsys):
+    """``--only slim`` in client mode runs the slim engine alone (a size
+    stock cannot hold on this machine, such as 10M tasks): the slim
+    figures are there, stock's and the ratios are None, the table shows
+    "-" for them; ``--only slim-dask`` is engine mode's and refused."""
+    import json
+
     import pytest
 
     from slimgraph.bench.runner import main
 
     with pytest.raises(SystemExit) as e:
-        main(["--mode", "client", "--only", "slim", "--tasks", "10"])
+        main(["--mode", "client", "--only", "slim-dask", "--tasks", "10"])
     assert e.value.code == 2
+    out = tmp_path / "client.json"
+    main(["--mode", "client", "--only", "slim", "--workload", "delayed", "--tasks", "2000",
+          "--workers", "1", "--no-load", "--compute-seconds", "0.5", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert result["stock"] is None
+    slim = result["slim"]
+    assert slim["tasks"] == result["tasks"] > 1000
+    assert slim["update_graph_seconds"] > 0 and slim["cancel_answer_seconds"] is not None
+    assert all(r is None for r in result["ratios"].values())
+    table = capsys.readouterr().out
+    line = next(l for l in table.splitlines() if l.startswith("update_graph (s)"))
+    assert line.split()[2] == "-" and line.split()[-1] == "-", line

@@ -636,29 +636,32 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def bench_client(workload: str, tasks: int, workers: int = 2,
                  json_path: str | None = None, compute_seconds: float | None = None,
                  load: bool = True, real_use: bool = False, pages: str = "reload",
-                 nice: int = 0) -> dict:
+                 nice: int = 0, only: str | None = None) -> dict:
+    """Stock, then slim (or ``only`` one of them: a size at which the other
+    cannot run on this machine, such as stock at 10M tasks; its figures and
+    the ratios are then None)."""
     def say(msg: str) -> None:
         print(f"  {msg}", file=sys.stderr, flush=True)
 
     runs = {kind: run_kind(kind, workload, tasks, workers, say, compute_seconds, load, real_use,
-                           pages, nice)
+                           pages, nice) if only in (None, kind) else None
             for kind in KINDS}
-    st, sl = runs["stock"], runs["slim"]
+    st, sl = runs["stock"] or {}, runs["slim"] or {}
     result = {
         "mode": "client",
         "workload": workload,
         "requested_tasks": tasks,
-        "tasks": sl["tasks"],
+        "tasks": (sl or st)["tasks"],
         "workers": workers,
         "real_use": real_use,
         "dashboard_pages": pages if load else None,
         "background_nice": nice,
-        "stock": st,
-        "slim": sl,
-        "same_result": None if st["result"] is None else st["result"] == sl["result"],
+        "stock": runs["stock"],
+        "slim": runs["slim"],
+        "same_result": None if st.get("result") is None or not sl else st["result"] == sl["result"],
         "compute_cut_after_seconds": compute_seconds,
         "ratios": {
-            k: _ratio(st[k], sl[k])
+            k: _ratio(st.get(k), sl.get(k))
             for k in ("submit_seconds", "update_graph_seconds", "longest_block_seconds",
                       "ingestion_block_seconds", "longest_ping_seconds", "rss_bytes_per_task", "compute_seconds",
                       "cancel_answer_seconds", "cancel_release_seconds")
@@ -671,6 +674,8 @@ def bench_client(workload: str, tasks: int, workers: int = 2,
 
 
 def format_client_table(result: dict) -> str:
+    # (an engine not run, ``--only``: its cells are "-")
+    result = dict(result, stock=result["stock"] or {}, slim=result["slim"] or {})
     rows = [
         ("end-to-end submit (s)", "submit_seconds", "{:.2f}"),
         ("update_graph (s)", "update_graph_seconds", "{:.2f}"),
@@ -695,8 +700,8 @@ def format_client_table(result: dict) -> str:
            f"{'':38} {'stock':>12} {'slim':>12} {'stock/slim':>11}"]
     for label, k, spec in rows:
         r = result["ratios"][k]
-        out.append(f"{label:38} {fmt(result['stock'][k], spec):>12} "
-                   f"{fmt(result['slim'][k], spec):>12} {'-' if r is None else f'{r:.2f}x':>11}")
+        out.append(f"{label:38} {fmt(result['stock'].get(k), spec):>12} "
+                   f"{fmt(result['slim'].get(k), spec):>12} {'-' if r is None else f'{r:.2f}x':>11}")
     from slimgraph.bench.runner import block_phase
 
     out.append(f"longest block, most of it in: stock {block_phase(result['stock'])}, "

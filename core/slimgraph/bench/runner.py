@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tracemalloc", dest="tracemalloc", action="store_true", default=None,
                     help="also measure retained bytes with tracemalloc (default: on up to 200k tasks)")
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
-    ap.add_argument("--only", choices=("stock", "slim", "slim-dask"), help="run one kind only")
+    ap.add_argument("--only", choices=("stock", "slim", "slim-dask"), help="run one kind only (engine and client modes; client mode: stock or slim, e.g. slim at a size stock cannot hold)")
     ap.add_argument("--no-compact-off", dest="compact_off", action="store_false",
                     help="skip the third run: slim with slimgraph-switches.compact-ingestion off "
                          "(dask materializes every node), which shows what compact ingestion saves")
@@ -497,13 +497,13 @@ def main(argv: list[str] | None = None) -> None:
         _record_switches(a.json_path, values)
         return
     if a.mode == "client":
-        if a.only:
-            ap.error("--only is for --mode engine: client mode runs stock and slim, one after the other, for its ratios")
+        if a.only == "slim-dask":
+            ap.error("--only slim-dask is for --mode engine")
         from slimgraph.bench.e2e import bench_client, format_client_table
 
         print(format_client_table(
             bench_client(a.workload, a.tasks, a.workers, a.json_path, a.compute_seconds, a.load,
-                         a.real_use, a.dashboard_pages, a.background_nice)))
+                         a.real_use, a.dashboard_pages, a.background_nice, a.only)))
         _record_switches(a.json_path, values)
         return
     if a.mode == "shapes":

@@ -16,7 +16,8 @@ then, round after round, every worker reports each task it is processing
 as finished (``handle_task_finished`` with the fields a worker sends),
 until the graph's outputs are in memory; then the client releases them.
 The CPU seconds of each stage (``time.process_time``) are reported per
-task. Both kinds see the same messages in the same order, and their
+task. Both kinds carry slimgraph's recorder (``stock_recorder.install``,
+which a slim scheduler has anyway), so its costs are on both sides. Both kinds see the same messages in the same order, and their
 transition counts are compared: a different count fails the run.
 """
 from __future__ import annotations
@@ -60,8 +61,15 @@ def add_worker_state(s: Any, i: int, nthreads: int) -> Any:
 async def _one(cls: Any, payload: dict, workers: int) -> dict:
     import pickle
 
+    from slimgraph.instrument import stock_recorder
+
     finished = dict(_FINISHED, type=pickle.dumps(int))
     async with cls(dashboard_address=None, dashboard=False, host="127.0.0.1") as s:
+        # both kinds with the same instruments (as engine mode's child): a
+        # slim scheduler records its submissions, and the recorder's loop
+        # monitor samples the loop's stack while a block lasts, which this
+        # bench's stages are from end to end (~6 us/task of the run stage)
+        stock_recorder.install(s)
         addresses = [add_worker_state(s, i, 1).address for i in range(workers)]
         gc.collect()
         keys = list(payload["keys"])
