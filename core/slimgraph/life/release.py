@@ -66,7 +66,10 @@ def transitions(state: Any, recommendations: dict, stimulus_id: str) -> Iterator
     slice's budget is spent."""
     work = state.slim_work
     budget = work.budget
-    keys: set = set()
+    # the keys transitioned, kept (as stock's ``_transitions`` keeps them)
+    # only to validate them after: a release of 10M tasks would grow this
+    # set to 10M keys, each of its resizes one call on the loop
+    keys: set | None = set() if state.validate else None
     recs = recommendations.copy()
     work.pending = recs
     client_msgs: dict = {}
@@ -74,7 +77,8 @@ def transitions(state: Any, recommendations: dict, stimulus_id: str) -> Iterator
     try:
         while recs:
             key, finish = recs.popitem()
-            keys.add(key)
+            if keys is not None:
+                keys.add(key)
             new_recs, new_cmsgs, new_wmsgs = shim.transition(state, key, finish, stimulus_id)
             recs.update(new_recs)
             for c, msgs in new_cmsgs.items():
@@ -87,7 +91,7 @@ def transitions(state: Any, recommendations: dict, stimulus_id: str) -> Iterator
                 yield
     finally:
         work.pending = None
-    if state.validate:
+    if keys is not None:
         for key in keys:
             state.validate_key(key)
     state.send_all(client_msgs, worker_msgs)
