@@ -391,7 +391,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tracemalloc", dest="tracemalloc", action="store_true", default=None,
                     help="also measure retained bytes with tracemalloc (default: on up to 200k tasks)")
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
-    ap.add_argument("--only", choices=("stock", "slim", "slim-dask"), help="run one kind only (engine and client modes; client mode: stock or slim, e.g. slim at a size stock cannot hold)")
+    ap.add_argument("--only", choices=("stock", "slim", "slim-dask"),
+                    help="run one kind only (engine and client modes; client mode: stock or slim, "
+                         "e.g. slim at a size stock cannot hold)")
     ap.add_argument("--no-compact-off", dest="compact_off", action="store_false",
                     help="skip the third run: slim with slimgraph-switches.compact-ingestion off "
                          "(dask materializes every node), which shows what compact ingestion saves")

@@ -17,8 +17,9 @@ as finished (``handle_task_finished`` with the fields a worker sends),
 until the graph's outputs are in memory; then the client releases them.
 The CPU seconds of each stage (``time.process_time``) are reported per
 task. Both kinds carry slimgraph's recorder (``stock_recorder.install``,
-which a slim scheduler has anyway), so its costs are on both sides. Both kinds see the same messages in the same order, and their
-transition counts are compared: a different count fails the run.
+which a slim scheduler has anyway), so its costs are on both sides. Both
+kinds see the same messages in the same order, and their transition
+counts are compared: a different count fails the run.
 """
 from __future__ import annotations
 

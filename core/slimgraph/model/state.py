@@ -22,12 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimgraph import switches
+from slimgraph import shim, switches
 from slimgraph.model.messages import compute_task_msg
 from slimgraph.model.queue import TaskQueue
 from slimgraph.model.taskstate import SlimTaskState
 from slimgraph.runtime import gcpause
-from slimgraph import shim
 from slimgraph.shim import TaskGroup, TaskPrefix, TransitionHook, scheduler_story, table_plugins
 from slimgraph.shim import stock_transition as _stock_transition
 
