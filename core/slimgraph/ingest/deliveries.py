@@ -95,7 +95,7 @@ class Deliveries:
         #: transitions through the queue too, until it is empty
         self.owed_to: dict = {}
         #: how many callers are inside :meth:`told_by_caller` (the slim
-        #: state's ``on_transition`` reads it; only that method writes it)
+        #: state's ``_transition`` reads it; only that method writes it)
         self.suspended = 0
         self._job: Any = None
         self._flushing = False

@@ -28,7 +28,7 @@ The slim task state therefore holds:
   same object as ``dependencies`` / ``dependents`` when their contents are
   equal. The first time a transition is about to mutate one of them it is
   *thawed*: replaced by a private ``set`` copy (see
-  :meth:`slimgraph.model.state.SlimSchedulerState.on_transition`). A thawed
+  :func:`slimgraph.model.state._transition`). A thawed
   set stays, emptied or not, as stock's sets do, until its task is forgotten.
 
 Nothing here knows about the scheduler: these are plain containers.

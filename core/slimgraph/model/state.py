@@ -4,10 +4,10 @@ What changes against stock ``SchedulerState``:
 
 - tasks are :class:`~slimgraph.model.taskstate.SlimTaskState` objects with
   compact, copy-on-write containers (:mod:`slimgraph.model.containers`);
-- every transition (``on_transition``, called by ``shim.TransitionHook``
-  in place of distributed's own) first *thaws* the containers it may mutate
-  into private sets, so distributed's own transition functions run
-  unchanged on the slim containers;
+- every transition (:func:`_transition`, installed by
+  ``shim.TransitionHook`` in place of distributed's own) first *thaws* the
+  containers it may mutate into private sets, so distributed's own
+  transition functions run unchanged on the slim containers;
 - a graph submission is ingested by :mod:`slimgraph.ingest` in bulk
   instead of stock's task-state creation;
 - its ``plugins`` is a :class:`slimgraph.shim.PluginTable` (made once, as
@@ -104,77 +104,13 @@ class SlimSchedulerState(TransitionHook):
         return ts
 
     # ------------------------------------------------------------------
-    # transitions on slim containers
+    # transitions on slim containers (the functions below the class)
     #: the task whose containers the transition running now has thawed:
     #: distributed splits a transition with no entry in its table (waiting
     #: -> forgotten) into ``-> released`` and ``released ->``, calling
     #: ``_transition`` again for the first half; that inner call finds the
     #: containers already thawed
     _slim_thawed: Any = None
-
-    def on_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
-        owed = self.slim_deliveries
-        if owed is not None and owed.owed_to and not owed.suspended:
-            # plugins owed calls from an ingestion hear of this one after them
-            return owed.transition(
-                self, key, finish, stimulus_id, kwargs,
-                lambda: self._thawed_transition(key, finish, stimulus_id, kwargs),
-            )
-        return self._thawed_transition(key, finish, stimulus_id, kwargs)
-
-    def _thawed_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict):
-        """distributed's transition, with the compact containers it may
-        mutate thawed first. Emptied sets are left as distributed leaves
-        them (as stock's are): they live until their task is forgotten."""
-        ts = self.tasks.get(key)
-        if (ts is None or (ts._state, finish) in _CONTAINER_FREE or self._slim_thawed is ts
-                or (finish == "released" and ts._state == "memory" and not ts.waiters)):
-            # (memory -> released mutates containers only through the tasks
-            # still waiting for this one, its waiters: none once its
-            # dependents are done, which is how computed tasks are released)
-            out = _stock_transition(self, key, finish, stimulus_id, **kwargs)
-            if finish == "forgotten" and not self.tasks:
-                gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
-            return out
-        forgetting = finish == "forgotten"
-        # Containers distributed's transition code may mutate: its own, its
-        # dependencies' waiters and its dependents' waiting_on (and, when
-        # forgetting, the edges on both sides). Written out, not calls to
-        # _thaw_*: this runs for every edge of every task a graph releases.
-        deps = ts.dependencies
-        dependents = ts.dependents
-        w = ts.waiting_on
-        if w is not None and (type(w) is not set or w is deps):
-            ts.waiting_on = set(w)
-        w = ts.waiters
-        if w is not None and (type(w) is not set or w is dependents):
-            ts.waiters = set(w)
-        for dts in deps:
-            w = dts.waiters
-            if w is not None and (type(w) is not set or w is dts.dependents):
-                dts.waiters = set(w)
-            if forgetting and type(dts.dependents) is not set:
-                dts.dependents = set(dts.dependents)
-        for dts in dependents:
-            w = dts.waiting_on
-            if w is not None and (type(w) is not set or w is dts.dependencies):
-                dts.waiting_on = set(w)
-            if forgetting and type(dts.dependencies) is not set:
-                dts.dependencies = set(dts.dependencies)
-        if forgetting:
-            if type(deps) is not set:
-                ts.dependencies = set(deps)
-            if type(dependents) is not set:
-                ts.dependents = set(dependents)
-        outer = self._slim_thawed
-        self._slim_thawed = ts
-        try:
-            out = _stock_transition(self, key, finish, stimulus_id, **kwargs)
-        finally:
-            self._slim_thawed = outer
-        if forgetting and not self.tasks:
-            gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
-        return out
 
     def is_rootish(self, ts: Any) -> bool:
         """distributed's ``is_rootish``, reading ``run_spec.data_producer``
@@ -197,6 +133,88 @@ class SlimSchedulerState(TransitionHook):
             k.key if isinstance(k, SlimTaskState) else k for k in keys_or_tasks_or_stimuli
         }
         return scheduler_story(keys, self.transition_log)
+
+
+def _transition(state: Any, key: Any, finish: str, stimulus_id: str, **kwargs: Any) -> tuple:
+    """Every transition of a slim scheduler (``shim.TransitionHook.transition_with``):
+    distributed's own, with the compact containers it may mutate thawed
+    first, and, while an ingestion owes plugins calls, those plugins told
+    of it after them (:mod:`slimgraph.ingest.deliveries`).
+
+    Most transitions touch no container (a task sent, queued, a computed
+    task released once its dependents are done): they go straight to
+    distributed's, one call below distributed's own caller. (The same test
+    opens :func:`_thawed_transition`, which the others go through.)"""
+    owed = state.slim_deliveries
+    if owed is not None and owed.owed_to and not owed.suspended:
+        return owed.transition(state, key, finish, stimulus_id, kwargs,
+                               lambda: _thawed_transition(state, key, finish, stimulus_id, kwargs))
+    ts = state.tasks.get(key)
+    if (ts is None or (ts._state, finish) in _CONTAINER_FREE or state._slim_thawed is ts
+            or (finish == "released" and ts._state == "memory" and not ts.waiters)):
+        out = _stock_transition(state, key, finish, stimulus_id, **kwargs)
+        if finish == "forgotten" and not state.tasks:
+            gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
+        return out
+    return _thawed_transition(state, key, finish, stimulus_id, kwargs)
+
+
+def _thawed_transition(state: Any, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
+    """distributed's transition, with the compact containers it may
+    mutate thawed first. Emptied sets are left as distributed leaves
+    them (as stock's are): they live until their task is forgotten."""
+    ts = state.tasks.get(key)
+    if (ts is None or (ts._state, finish) in _CONTAINER_FREE or state._slim_thawed is ts
+            or (finish == "released" and ts._state == "memory" and not ts.waiters)):
+        # (memory -> released mutates containers only through the tasks
+        # still waiting for this one, its waiters: none once its
+        # dependents are done, which is how computed tasks are released)
+        out = _stock_transition(state, key, finish, stimulus_id, **kwargs)
+        if finish == "forgotten" and not state.tasks:
+            gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
+        return out
+    forgetting = finish == "forgotten"
+    # Containers distributed's transition code may mutate: its own, its
+    # dependencies' waiters and its dependents' waiting_on (and, when
+    # forgetting, the edges on both sides). Written out, not calls to
+    # _thaw_*: this runs for every edge of every task a graph releases.
+    deps = ts.dependencies
+    dependents = ts.dependents
+    w = ts.waiting_on
+    if w is not None and (type(w) is not set or w is deps):
+        ts.waiting_on = set(w)
+    w = ts.waiters
+    if w is not None and (type(w) is not set or w is dependents):
+        ts.waiters = set(w)
+    for dts in deps:
+        w = dts.waiters
+        if w is not None and (type(w) is not set or w is dts.dependents):
+            dts.waiters = set(w)
+        if forgetting and type(dts.dependents) is not set:
+            dts.dependents = set(dts.dependents)
+    for dts in dependents:
+        w = dts.waiting_on
+        if w is not None and (type(w) is not set or w is dts.dependencies):
+            dts.waiting_on = set(w)
+        if forgetting and type(dts.dependencies) is not set:
+            dts.dependencies = set(dts.dependencies)
+    if forgetting:
+        if type(deps) is not set:
+            ts.dependencies = set(deps)
+        if type(dependents) is not set:
+            ts.dependents = set(dependents)
+    outer = state._slim_thawed
+    state._slim_thawed = ts
+    try:
+        out = _stock_transition(state, key, finish, stimulus_id, **kwargs)
+    finally:
+        state._slim_thawed = outer
+    if forgetting and not state.tasks:
+        gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
+    return out
+
+
+SlimSchedulerState.transition_with(_transition)
 
 
 _stock_memory_released = shim.stock_memory_released

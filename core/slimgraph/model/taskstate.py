@@ -6,7 +6,7 @@ most tasks: errors, restrictions, annotations, actors, retries, metadata. And
 the execution-time fields (``who_has``, ``processing_on``, ``nbytes``,
 ``run_id``, ``type``) are only needed once a task runs.
 
-This class keeps 14 slots for what every task needs from the moment it
+This class keeps 15 slots for what every task needs from the moment it
 is submitted, and moves everything else to one side object, :class:`Extra`,
 allocated the first time any of those attributes is set to a non-default
 value. Every attribute distributed's ``SchedulerState`` reads or writes is
@@ -16,8 +16,8 @@ transition code runs on it unchanged.
 ``priority`` is stored as a shared ``(-user priority, generation)`` head plus
 the per-task ordering integer; the tuple distributed reads is built on access.
 
-A task state hashes like its key (as stock's does, without caching the
-hash in a slot), so sets of task states iterate in stock's order.
+A task state hashes like its key, cached in a slot as stock's is, so sets
+of task states iterate in stock's order.
 """
 from __future__ import annotations
 
@@ -202,6 +202,11 @@ class SlimTaskState:
 
     __slots__ = (
         "key",
+        # hash(key), cached as stock caches it: sets and dicts of task states
+        # hash them on every add, discard and copy (a tuple key's hash is
+        # not cached by the tuple; the array's 100k-task run hashed 1.7M
+        # times, ~0.3 us each without this slot: benchmarks/LOG.md)
+        "_key_hash",
         # the run_spec: the node itself, or (``_graph`` set) the int that
         # names the task in that compact graph (its index, or its priority:
         # ``CompactGraph.index_of``), built into a node when read
@@ -226,6 +231,7 @@ class SlimTaskState:
 
     def __init__(self, key: Any, run_spec: Any, state: str, group: Any, validate: bool = False):
         self.key = key
+        self._key_hash = hash(key)
         self._spec = run_spec
         self._graph = None
         self._state = state
@@ -249,6 +255,7 @@ class SlimTaskState:
         ``run_spec`` is the int naming the task there (see :attr:`run_spec`)."""
         ts = cls.__new__(cls)
         ts.key = key
+        ts._key_hash = hash(key)
         ts._spec = run_spec
         ts._graph = graph
         ts._state = "released"
@@ -274,7 +281,7 @@ class SlimTaskState:
         return _StockTaskState
 
     def __hash__(self) -> int:
-        return hash(self.key)
+        return self._key_hash
 
     def __lt__(self, other: "SlimTaskState") -> bool:
         """Queue order: priority, then insertion order (see slimgraph.model.queue)."""
@@ -344,22 +351,16 @@ class SlimTaskState:
         return g.task_truthy(self._spec)
 
     # --- state -----------------------------------------------------------
-    @property
-    def state(self) -> str:
-        return self._state
-
-    @state.setter
-    def state(self, value: str) -> None:
+    # (the getters are C-level ``attrgetter``s, not Python functions:
+    # distributed reads ``state`` and ``prefix`` several times per
+    # transition, 63k ``prefix`` reads in a 10k-task array's run)
+    def _set_state(self, value: str) -> None:
         shim.count_moved(self.group, self._state, value)
         self._state = value
 
-    @property
-    def prefix(self) -> Any:
-        return self.group.prefix
-
-    @property
-    def group_key(self) -> str:
-        return self.group.name
+    state = property(attrgetter("_state"), _set_state, doc="The task's state; setting it counts the move in its group")
+    prefix = property(attrgetter("group.prefix"), doc="The task's TaskPrefix")
+    group_key = property(attrgetter("group.name"), doc="The name of the task's group")
 
     # --- the API distributed calls --------------------------------------
     def add_dependency(self, other: SlimTaskState) -> None:

@@ -661,18 +661,21 @@ stock_transition = SchedulerState._transition
 
 
 class TransitionHook(SchedulerState):
-    """A SchedulerState whose every transition goes through
-    ``self.on_transition(key, finish, stimulus_id, kwargs)``, which calls
+    """A SchedulerState whose every transition can be a function of the
+    subclass's (:meth:`transition_with`), which calls
     :data:`stock_transition` (distributed's own) when it is ready. The slim
-    state uses it to thaw and settle its compact containers around
-    distributed's transition code. A subclass may also build the
-    ``compute-task`` messages (:meth:`build_messages_with`)."""
+    state uses it to thaw its compact containers before distributed's
+    transition code runs. A subclass may also build the ``compute-task``
+    messages (:meth:`build_messages_with`)."""
 
-    def _transition(self, key: Any, finish: str, stimulus_id: str, **kwargs: Any) -> tuple:
-        return self.on_transition(key, finish, stimulus_id, kwargs)
-
-    def on_transition(self, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
-        return stock_transition(self, key, finish, stimulus_id, **kwargs)
+    @classmethod
+    def transition_with(cls, fn: Any) -> None:
+        """Every transition of this class's schedulers is
+        ``fn(state, key, finish, stimulus_id, **kwargs)`` (in place of
+        distributed's ``_transition``, which ``fn`` calls as
+        :data:`stock_transition`; set as the method itself, no call in
+        between: it runs for every transition)."""
+        cls._transition = fn
 
     @classmethod
     def build_messages_with(cls, fn: Any) -> None:
