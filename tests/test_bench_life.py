@@ -212,3 +212,36 @@ def test_statemachine_mode_lives_the_same_life_on_both_engines(tmp_path):
         assert cpu["whole"] == pytest.approx(cpu["ingest"] + cpu["run"] + cpu["release"])
     assert r["ratios"]["run"] == pytest.approx(slim["cpu_us_per_task"]["run"] / stock["cpu_us_per_task"]["run"])
     assert "the state machine alone" in proc.stdout
+
+
+@pytest.mark.timeout(600)
+def test_statemachine_mode_counts_instructions_under_callgrind(tmp_path):
+    """``--instructions``: the same life, each engine once under valgrind's
+    callgrind, its instructions per stage read from a dump as each stage
+    ends."""
+    out = tmp_path / "ins.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "slimgraph", "bench", "--mode", "statemachine", "--instructions",
+         "--workload", "delayed", "--tasks", "600", "--json", str(out)],
+        capture_output=True, text=True, timeout=540,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["counted"] == "instructions"
+    stock, slim = r["stock"], r["slim"]
+    assert stock["tasks"] == slim["tasks"] > 400
+    assert stock["transitions"] == slim["transitions"] >= 4 * stock["tasks"]
+    assert stock["left_after_release"] == slim["left_after_release"] == 0
+    for run in (stock, slim):
+        per = run["instructions_per_task"]
+        # (a Python-level transition alone is thousands of instructions)
+        assert all(per[s] > 1000 for s in ("ingest", "run", "release"))
+        assert per["whole"] == pytest.approx(per["ingest"] + per["run"] + per["release"])
+    assert r["ratios"]["run"] == pytest.approx(slim["instructions_per_task"]["run"] / stock["instructions_per_task"]["run"])
+    assert "under callgrind" in proc.stdout and "instructions per task" in proc.stdout
+
+
+def test_instructions_are_for_statemachine_mode():
+    proc = subprocess.run([sys.executable, "-m", "slimgraph", "bench", "--mode", "life", "--instructions"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--instructions is for --mode statemachine" in proc.stderr

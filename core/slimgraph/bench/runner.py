@@ -431,6 +431,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profiles", metavar="DIR", default=None,
                     help="life mode: keep py-spy's raw recordings of each engine's stages in DIR "
                          "(STOCK-or-SLIM-STAGE.txt, input for a flamegraph)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="statemachine mode: count each stage's instructions with valgrind's callgrind "
+                         "(both engines once, side by side; ~50x slower: a few thousand tasks) "
+                         "instead of timing it")
     ap.add_argument("--no-load", dest="load", action="store_false",
                     help="client mode: only ping (no second client's submissions, "
                          "no dashboard page loads)")
@@ -462,6 +466,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--background-nice is for --mode client")
     if a.mode != "life" and a.profiles:
         ap.error("--profiles is for --mode life")
+    if a.instructions and a.mode != "statemachine":
+        ap.error("--instructions is for --mode statemachine")
     if a.mode != "dashboard" and a.soak_minutes:
         ap.error("--soak-minutes is for --mode dashboard")
     if a.mode != "shapes" and a.shapes:
@@ -477,16 +483,22 @@ def main(argv: list[str] | None = None) -> None:
     if a.mode == "statemachine":
         if a.only:
             ap.error("--only is for --mode engine: statemachine mode runs stock and slim for its ratios")
+        from slimgraph.bench import statemachine
         from slimgraph.bench.payload import capture
-        from slimgraph.bench.statemachine import format_statemachine_table, statemachine_life
         from slimgraph.workloads import build
 
-        result = statemachine_life(capture(build(a.workload, a.tasks)), a.workers,
-                                   progress=lambda msg: print(f"[statemachine] {msg}", file=sys.stderr, flush=True))
+        say = lambda msg: print(f"[statemachine] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+        payload = capture(build(a.workload, a.tasks))
+        if a.instructions:
+            result = statemachine.instructions_life(payload, a.workers, progress=say)
+            table = statemachine.format_instructions_table(result, a.workload)
+        else:
+            result = statemachine.statemachine_life(payload, a.workers, progress=say)
+            table = statemachine.format_statemachine_table(result, a.workload)
         if a.json_path:
             with open(a.json_path, "w") as fh:
                 json.dump(result, fh, indent=1)
-        print(format_statemachine_table(result, a.workload))
+        print(table)
         _record_switches(a.json_path, values)
         return
     if a.mode == "life":
