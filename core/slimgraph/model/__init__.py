@@ -1,7 +1,7 @@
 """The scheduler-side data model on slim parts.
 
 - :mod:`~slimgraph.model.taskstate`: ``SlimTaskState``, a slotted drop-in
-  for distributed's TaskState (15 slots instead of 34; rare attributes in
+  for distributed's TaskState (14 slots instead of 34; rare attributes in
   one side object);
 - :mod:`~slimgraph.model.containers`: the compact, copy-on-write edge
   containers those task states hold;

@@ -6,7 +6,7 @@ most tasks: errors, restrictions, annotations, actors, retries, metadata. And
 the execution-time fields (``who_has``, ``processing_on``, ``nbytes``,
 ``run_id``, ``type``) are only needed once a task runs.
 
-This class keeps 15 slots for what every task needs from the moment it
+This class keeps 14 slots for what every task needs from the moment it
 is submitted, and moves everything else to one side object, :class:`Extra`,
 allocated the first time any of those attributes is set to a non-default
 value. Every attribute distributed's ``SchedulerState`` reads or writes is
@@ -16,8 +16,8 @@ transition code runs on it unchanged.
 ``priority`` is stored as a shared ``(-user priority, generation)`` head plus
 the per-task ordering integer; the tuple distributed reads is built on access.
 
-A task state hashes like its key, cached in a slot as stock's is, so sets
-of task states iterate in stock's order.
+A task state hashes like its key (as stock's does, without caching the
+hash in a slot), so sets of task states iterate in stock's order.
 """
 from __future__ import annotations
 
@@ -202,11 +202,6 @@ class SlimTaskState:
 
     __slots__ = (
         "key",
-        # hash(key), cached as stock caches it: sets and dicts of task states
-        # hash them on every add, discard and copy (a tuple key's hash is
-        # not cached by the tuple; the array's 100k-task run hashed 1.7M
-        # times, ~0.3 us each without this slot: benchmarks/LOG.md)
-        "_key_hash",
         # the run_spec: the node itself, or (``_graph`` set) the int that
         # names the task in that compact graph (its index, or its priority:
         # ``CompactGraph.index_of``), built into a node when read
@@ -231,7 +226,6 @@ class SlimTaskState:
 
     def __init__(self, key: Any, run_spec: Any, state: str, group: Any, validate: bool = False):
         self.key = key
-        self._key_hash = hash(key)
         self._spec = run_spec
         self._graph = None
         self._state = state
@@ -255,7 +249,6 @@ class SlimTaskState:
         ``run_spec`` is the int naming the task there (see :attr:`run_spec`)."""
         ts = cls.__new__(cls)
         ts.key = key
-        ts._key_hash = hash(key)
         ts._spec = run_spec
         ts._graph = graph
         ts._state = "released"
@@ -281,7 +274,11 @@ class SlimTaskState:
         return _StockTaskState
 
     def __hash__(self) -> int:
-        return self._key_hash
+        # (not cached in a slot as stock caches it: the int a 64-bit hash
+        # is costs 32 bytes more, 43 B/task of state at 1M tasks, for 2.5 %
+        # of an array's run stage and nothing of a delayed tree's, counted
+        # by callgrind: benchmarks/LOG.md)
+        return hash(self.key)
 
     def __lt__(self, other: "SlimTaskState") -> bool:
         """Queue order: priority, then insertion order (see slimgraph.model.queue)."""
