@@ -137,32 +137,22 @@ class SlimSchedulerState(TransitionHook):
 
 def _transition(state: Any, key: Any, finish: str, stimulus_id: str, **kwargs: Any) -> tuple:
     """Every transition of a slim scheduler (``shim.TransitionHook.transition_with``):
-    distributed's own, with the compact containers it may mutate thawed
-    first, and, while an ingestion owes plugins calls, those plugins told
-    of it after them (:mod:`slimgraph.ingest.deliveries`).
-
-    Most transitions touch no container (a task sent, queued, a computed
-    task released once its dependents are done): they go straight to
-    distributed's, one call below distributed's own caller. (The same test
-    opens :func:`_thawed_transition`, which the others go through.)"""
+    :func:`_thawed_transition`, and, while an ingestion owes plugins calls,
+    those plugins told of it after them (:mod:`slimgraph.ingest.deliveries`)."""
     owed = state.slim_deliveries
     if owed is not None and owed.owed_to and not owed.suspended:
         return owed.transition(state, key, finish, stimulus_id, kwargs,
                                lambda: _thawed_transition(state, key, finish, stimulus_id, kwargs))
-    ts = state.tasks.get(key)
-    if (ts is None or (ts._state, finish) in _CONTAINER_FREE or state._slim_thawed is ts
-            or (finish == "released" and ts._state == "memory" and not ts.waiters)):
-        out = _stock_transition(state, key, finish, stimulus_id, **kwargs)
-        if finish == "forgotten" and not state.tasks:
-            gcpause.on_idle()  # ends a ``slimgraph.gc: freeze``
-        return out
     return _thawed_transition(state, key, finish, stimulus_id, kwargs)
 
 
 def _thawed_transition(state: Any, key: Any, finish: str, stimulus_id: str, kwargs: dict) -> tuple:
     """distributed's transition, with the compact containers it may
     mutate thawed first. Emptied sets are left as distributed leaves
-    them (as stock's are): they live until their task is forgotten."""
+    them (as stock's are): they live until their task is forgotten. Most
+    transitions touch no container (a task sent, queued, a computed task
+    released once its dependents are done): they go straight to
+    distributed's."""
     ts = state.tasks.get(key)
     if (ts is None or (ts._state, finish) in _CONTAINER_FREE or state._slim_thawed is ts
             or (finish == "released" and ts._state == "memory" and not ts.waiters)):
