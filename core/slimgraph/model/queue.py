@@ -132,8 +132,7 @@ class TaskQueue:
         if not self._data:
             self.clear()
             self._data = members
-            self._runs = [[ordered, 0]]
-            self._sorted = False
+            self._add_run(ordered)
             return
         # C-level, reusing the stored hashes; the smaller set goes into the
         # larger one (a union costs a step per element added: a million
